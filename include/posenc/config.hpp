@@ -1,0 +1,60 @@
+#pragma once
+/// \file
+/// Compile-time configuration: instruction-set feature macros and host/device markers.
+///
+/// Every POSENC_ARCH_* macro is always defined, as 0 or 1, from the compiler's own
+/// predefines (so the consumer's -march decides; posenc never forces ISA flags).
+/// A user may pre-define one to 0 to keep a backend out of the build.
+
+#ifndef POSENC_ARCH_AVX2
+#if defined(__AVX2__) && defined(__FMA__)
+#define POSENC_ARCH_AVX2 1
+#else
+#define POSENC_ARCH_AVX2 0
+#endif
+#endif
+
+#ifndef POSENC_ARCH_AVX512
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+#define POSENC_ARCH_AVX512 1
+#else
+#define POSENC_ARCH_AVX512 0
+#endif
+#endif
+
+#ifndef POSENC_ARCH_NEON
+#if defined(__ARM_NEON) && defined(__aarch64__)
+#define POSENC_ARCH_NEON 1
+#else
+#define POSENC_ARCH_NEON 0
+#endif
+#endif
+
+#ifndef POSENC_ARCH_CUDA
+#if defined(__CUDACC__)
+#define POSENC_ARCH_CUDA 1
+#else
+#define POSENC_ARCH_CUDA 0
+#endif
+#endif
+
+#if POSENC_ARCH_AVX512 && !POSENC_ARCH_AVX2
+#error "posenc: POSENC_ARCH_AVX512 requires POSENC_ARCH_AVX2 (AVX-512 backend builds on the AVX2 one)"
+#endif
+#if POSENC_ARCH_NEON && (POSENC_ARCH_AVX2 || POSENC_ARCH_AVX512)
+#error "posenc: NEON and x86 SIMD backends cannot both be enabled"
+#endif
+
+/// Marks a function usable from host and device code: one copy of the maths.
+#if defined(__CUDACC__)
+#define POSENC_HOST_DEVICE __host__ __device__
+#else
+#define POSENC_HOST_DEVICE
+#endif
+
+/// Forces inlining of small kernels in hot loops.
+#if defined(_MSC_VER)
+#define POSENC_INLINE __forceinline
+#else
+#define POSENC_INLINE inline __attribute__((always_inline))
+#endif

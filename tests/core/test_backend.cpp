@@ -1,0 +1,37 @@
+#include <posenc/core/backend.hpp>
+
+#include <cstring>
+#include <type_traits>
+
+#include "support/catch.hpp"
+
+namespace {
+// A kernel written only for the scalar tag serves every CPU tag: overload resolution
+// picks the nearest base. A specialised overload wins for its own tag and descendants.
+const char* which(posenc::backend::scalar const&) { return "scalar"; }
+const char* which(posenc::backend::avx2 const&) { return "avx2"; }
+}  // namespace
+
+TEST_CASE("backend tags fall back to the nearest base kernel", "[core][backend]") {
+  CHECK(std::strcmp(which(posenc::backend::scalar{}), "scalar") == 0);
+  CHECK(std::strcmp(which(posenc::backend::avx2{}), "avx2") == 0);
+  CHECK(std::strcmp(which(posenc::backend::avx512{}), "avx2") == 0);
+  CHECK(std::strcmp(which(posenc::backend::neon{}), "scalar") == 0);
+  STATIC_REQUIRE(std::is_base_of_v<posenc::backend::avx2, posenc::backend::avx512>);
+  STATIC_REQUIRE(posenc::backend::scalar::supported());
+}
+
+TEST_CASE("the default backend follows the compiler flags", "[core][backend]") {
+  STATIC_REQUIRE(posenc::default_backend::supported());
+#if POSENC_ARCH_AVX512
+  STATIC_REQUIRE(std::is_same_v<posenc::default_backend, posenc::backend::avx512>);
+#elif POSENC_ARCH_AVX2
+  STATIC_REQUIRE(std::is_same_v<posenc::default_backend, posenc::backend::avx2>);
+#elif POSENC_ARCH_NEON
+  STATIC_REQUIRE(std::is_same_v<posenc::default_backend, posenc::backend::neon>);
+#else
+  STATIC_REQUIRE(std::is_same_v<posenc::default_backend, posenc::backend::scalar>);
+#endif
+  INFO("default backend: " << posenc::default_backend::name());
+  CHECK(std::strlen(posenc::default_backend::name()) > 0);
+}
