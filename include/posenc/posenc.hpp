@@ -1,0 +1,16 @@
+#pragma once
+/// \file
+/// posenc: transformer positional encodings and self-attention on Eigen.
+/// The umbrella header: includes every public module.
+
+#include "version.hpp"
+#include "config.hpp"
+#include "core/backend.hpp"
+#include "core/error.hpp"
+#include "core/view.hpp"
+
+// File formats.
+
+// Encodings.
+
+// Attention.
