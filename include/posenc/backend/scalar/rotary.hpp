@@ -1,0 +1,77 @@
+#pragma once
+/// \file
+/// The portable rotary (RoPE) kernel: rotates every head of one token by precomputed
+/// cos/sin values. Other backends overload rope_rotate() on their own tag; a tag without
+/// its own overload falls back to this one (see core/backend.hpp).
+///
+/// One routine serves both pairings: pair i is the dims (a, b) = (i * step, i * step + offset)
+///
+///     half        (step 1, offset r/2):  [a0 a1 .. a(r/2-1) | b0 b1 .. b(r/2-1) | tail]
+///                 cos/sin per dim:        [c0 c1 ..         | c0 c1 ..          ]
+///     interleaved (step 2, offset 1):    [a0 b0 | a1 b1 | ... | tail]
+///                 cos/sin per dim:        [c0 c0 | c1 c1 | ... ]
+///
+///     y_a = x_a cos_i - x_b sin_i
+///     y_b = x_b cos_i + x_a sin_i        (the inverse: the same with sin_i negated)
+///
+/// The dims past the rotary dim r (partial rotary) are copied unchanged when the output is
+/// a different buffer, and not touched at all in place.
+
+#include "../../core/backend.hpp"
+#include "../../core/view.hpp"
+
+namespace posenc {
+namespace backend {
+
+/// The heads of one token and the rotation to apply to them; the arguments of
+/// rope_rotate(). Built by the validating entry points in encoding/rotary/rotary.hpp, so a
+/// kernel may assume: 0 < rotary_dim <= head_dim, rotary_dim even, pair_step/pair_offset
+/// one of the two pairings above, `cos`/`sin` hold rotary_dim/2 values, and `out` either is
+/// exactly `in` (same pointer and strides: in place) or does not overlap it.
+template <class T>
+struct rope_token {
+  const T* in = nullptr;     ///< first element of head 0
+  Index in_head_stride = 0;  ///< elements between heads
+  Index in_dim_stride = 1;   ///< elements between dims
+  T* out = nullptr;
+  Index out_head_stride = 0;
+  Index out_dim_stride = 1;
+  Index heads = 0;
+  Index head_dim = 0;    ///< D
+  Index rotary_dim = 0;  ///< r <= D, even
+  Index pair_step = 1;   ///< 1 (half) or 2 (interleaved)
+  Index pair_offset = 0; ///< r/2 (half) or 1 (interleaved)
+  const T* cos = nullptr;  ///< r/2 values for this token (attention factor, xPos folded in)
+  const T* sin = nullptr;  ///< r/2 values
+  bool inverse = false;    ///< rotate by -angle (sin negated)
+};
+
+/// Rotates all heads of one token (portable reference kernel). Never throws.
+template <class T>
+inline void rope_rotate(scalar const&, const rope_token<T>& t) noexcept {
+  const Index pairs = t.rotary_dim / 2;
+  const bool copy_tail = static_cast<const T*>(t.out) != t.in;
+  // heads: the token's cos/sin are reused by every head
+  for (Index h = 0; h < t.heads; ++h) {
+    const T* x = t.in + h * t.in_head_stride;
+    T* y = t.out + h * t.out_head_stride;
+    // pairs: read both inputs before writing, so in place is safe
+    for (Index i = 0; i < pairs; ++i) {
+      const Index a = i * t.pair_step;
+      const Index b = a + t.pair_offset;
+      const T c = t.cos[i];
+      const T s = t.inverse ? -t.sin[i] : t.sin[i];
+      const T xa = x[a * t.in_dim_stride];
+      const T xb = x[b * t.in_dim_stride];
+      y[a * t.out_dim_stride] = xa * c - xb * s;
+      y[b * t.out_dim_stride] = xb * c + xa * s;
+    }
+    // tail: partial rotary passes the remaining dims through bit for bit
+    if (copy_tail)
+      for (Index d = t.rotary_dim; d < t.head_dim; ++d)
+        y[d * t.out_dim_stride] = x[d * t.in_dim_stride];
+  }
+}
+
+}  // namespace backend
+}  // namespace posenc

@@ -1,0 +1,431 @@
+#pragma once
+/// \file
+/// Applying rotary position embeddings (RoPE; Su et al. 2021, "RoFormer: Enhanced Transformer
+/// with Rotary Position Embedding") to queries and keys.
+///
+/// A token at position n has each rotation pair (x_a, x_b), i < r/2, turned by n w_i:
+///
+///     y_a = A (x_a cos(n w_i) - x_b sin(n w_i))
+///     y_b = A (x_b cos(n w_i) + x_a sin(n w_i))      A = attention_factor (1 unless scaled)
+///
+/// so that <R(m) q, R(n) k> depends on m - n only (times A^2). The pairs are set by the
+/// pairing (frequencies.hpp): half = (i, i + r/2), interleaved = (2i, 2i + 1). Dims r..D-1
+/// (partial rotary) pass through bit for bit. xPos (when the frequencies carry it) also
+/// scales the pairs of queries by zeta_i^(n/s) and of keys by zeta_i^(-n/s).
+///
+/// Shapes (logical; any strides through posenc::strided_view):
+///
+///     one head      [L, D]         an Eigen matrix/block/map, one token per row
+///     multi-head    [L, H, D]      strided_view<T, 3>
+///     batched       [B, L, H, D]   heads_view<T>: view_bshd(...), or view_bhsd(...) for a
+///                                  [B, H, L, D] buffer
+///
+/// Positions: a start offset P (token l of every sequence is at P + l: prefill, KV-cache
+/// decoding, a shard of a long sequence), or per-token position ids (L of them shared by
+/// the batch, or B*L, batch-major: packed sequences, arbitrary positions).
+///
+/// Example (Llama-2 7B, q [L, 32, 128] and k [L, 32, 128] rows for positions 7..7+L-1):
+///
+///     posenc::rotary_embedding<float> rope(128);            // r = D = 128, base 1e4, half
+///     rope.apply_qk(posenc::view_shd(q, L, 32, 128), posenc::view_shd(k, L, 32, 128), 7);
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../../backend/scalar/rotary.hpp"
+#include "../../core/backend.hpp"
+#include "../../core/error.hpp"
+#include "../../core/view.hpp"
+#include "cache.hpp"
+#include "frequencies.hpp"
+#include "scaling.hpp"
+
+namespace posenc {
+
+/// Where the cos/sin values come from; both give bit-identical results.
+enum class rope_cache_mode {
+  cached,     ///< precomputed rows, grown on demand to the largest position seen
+  on_the_fly  ///< computed per token into scratch (no memory proportional to positions)
+};
+
+/// How a rotary_embedding computes and stores its angles.
+struct rope_options {
+  rope_precision precision = rope_precision::exact;  ///< see cache.hpp
+  rope_cache_mode cache = rope_cache_mode::cached;
+  Index max_len = 0;  ///< positions to precompute up front (cached mode)
+};
+
+/// The positions of the tokens of one apply call: a start offset, or position ids.
+///
+/// Converts implicitly from an Index (the offset) and from a std::vector<Index> (the ids),
+/// so `rope.apply(x, 5)` and `rope.apply(x, ids)` both read naturally. Holds a pointer to
+/// the ids: they must outlive the call (a temporary vector in the call is fine).
+class rope_positions {
+ public:
+  /// Positions offset, offset + 1, ... for tokens 0, 1, ... of every sequence.
+  rope_positions(Index offset = 0) noexcept : offset_(offset) {}  // NOLINT: implicit
+  /// One position per token: L ids shared by every sequence of the batch, or B*L
+  /// (batch-major, like Hugging Face position_ids [B, L]).
+  rope_positions(const std::vector<Index>& ids) noexcept  // NOLINT: implicit
+      : ids_(ids.data()), count_(static_cast<Index>(ids.size())), has_ids_(true) {}
+  /// `count` position ids at `ids` (same rules as the vector form).
+  rope_positions(const Index* ids, Index count) noexcept
+      : ids_(ids), count_(count), has_ids_(true) {}
+
+  bool has_ids() const noexcept { return has_ids_; }
+  Index offset() const noexcept { return offset_; }
+  const Index* ids() const noexcept { return ids_; }
+  Index count() const noexcept { return count_; }
+
+ private:
+  Index offset_ = 0;
+  const Index* ids_ = nullptr;
+  Index count_ = 0;
+  bool has_ids_ = false;
+};
+
+/// Rotary position embedding of queries and keys: configuration, cos/sin values and the
+/// apply entry points. Scalar: float or double; Backend: the kernel's tag (the scalar
+/// kernel serves any tag without its own).
+///
+/// Entry points validate everything (shapes, head dim, positions) and throw posenc::error
+/// naming the parameter; the kernel they call never throws. An output is either the input
+/// itself (in place) or a buffer that shares no element with it.
+///
+/// Not thread-safe in cached mode (apply may grow the cache); use one object per thread,
+/// or on_the_fly mode, or reserve() up front and then only positions below it.
+template <class Scalar, class Backend = default_backend>
+class rotary_embedding {
+  static_assert(std::is_floating_point<Scalar>::value,
+                "posenc::rotary_embedding: Scalar must be a floating-point type");
+
+ public:
+  /// Row-major [rows, cols] matrix of Scalar.
+  using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  /// Unscaled RoPE: head dim D, rotary dim r (-1 = D; even, <= D), inv_freq_i = base^(-2i/r).
+  /// Throws posenc::error naming `head_dim`, `rotary_dim` or `base`.
+  explicit rotary_embedding(Index head_dim, Index rotary_dim = -1, double base = 10000.0,
+                            rope_pairing pairing = rope_pairing::half, rope_options options = {})
+      : rotary_embedding(head_dim, make_plain(head_dim, rotary_dim, base), pairing, options) {}
+
+  /// Any effective frequencies (e.g. from rope_config::frequencies): r = 2 inv_freq.size()
+  /// must not exceed `head_dim`.
+  rotary_embedding(Index head_dim, rope_frequencies freqs, rope_pairing pairing,
+                   rope_options options = {})
+      : head_dim_(head_dim), pairing_(pairing), options_(options) {
+    detail::require(head_dim > 0, "rotary_embedding", "head_dim", head_dim, "must be > 0");
+    detail::check_rope_frequencies(freqs, "rotary_embedding");
+    const Index r = freqs.rotary_dim();
+    detail::require(r <= head_dim, "rotary_embedding", "rotary_dim", r,
+                    "must be <= head_dim = " + std::to_string(head_dim));
+    detail::require(pairing == rope_pairing::half || pairing == rope_pairing::interleaved,
+                    "rotary_embedding", "pairing", static_cast<int>(pairing), "unknown pairing");
+    detail::require(options.max_len >= 0, "rotary_embedding", "max_len", options.max_len,
+                    "must be >= 0");
+    cache_ = rope_cache<Scalar>(std::move(freqs), options.precision,
+                                options.cache == rope_cache_mode::cached ? options.max_len : 0);
+  }
+
+  /// From a configuration (any scaling): its frequencies for a sequence length `seq_len`
+  /// (dynamic NTK and LongRoPE depend on it), its head dim, rotary dim and pairing.
+  rotary_embedding(const rope_config& config, Index seq_len, rope_options options = {})
+      : rotary_embedding(config.head_dim, config.frequencies(seq_len), config.pairing, options) {}
+
+  Index head_dim() const noexcept { return head_dim_; }
+  Index rotary_dim() const noexcept { return cache_.frequencies().rotary_dim(); }
+  rope_pairing pairing() const noexcept { return pairing_; }
+  const rope_options& options() const noexcept { return options_; }
+  const rope_frequencies& frequencies() const noexcept { return cache_.frequencies(); }
+  /// The cos/sin cache (empty in on_the_fly mode).
+  const rope_cache<Scalar>& cache() const noexcept { return cache_; }
+
+  /// Precomputes cos/sin for positions [0, max_len) (cached mode; no-op on the fly).
+  void reserve(Index max_len) {
+    if (options_.cache == rope_cache_mode::cached) cache_.reserve(max_len);
+  }
+
+  // ---- one head [L, D] (Eigen) -------------------------------------------------------
+
+  /// In place on one head: x [L, D], a writable matrix, block, map or Ref (either storage
+  /// order), rows at `positions`.
+  template <class Derived>
+  void apply(const Eigen::MatrixBase<Derived>& x, rope_positions positions = {},
+             rope_role role = rope_role::query) {
+    const auto v = writable_view(x);
+    run_single(v, v, positions, role, false, "rotary_embedding::apply");
+  }
+
+  /// Out of place on one head: out [L, D] = rotation of in [L, D] (any expression).
+  template <class DerivedIn, class DerivedOut>
+  void apply(const Eigen::MatrixBase<DerivedIn>& in, const Eigen::MatrixBase<DerivedOut>& out,
+             rope_positions positions = {}, rope_role role = rope_role::query) {
+    with_readable(in, [&](const heads_view<const Scalar>& vin) {
+      run_single(vin, writable_view(out), positions, role, false, "rotary_embedding::apply");
+    });
+  }
+
+  /// Returns the rotation of one head in [L, D] as a new row-major matrix.
+  template <class Derived>
+  matrix rotated(const Eigen::MatrixBase<Derived>& in, rope_positions positions = {},
+                 rope_role role = rope_role::query) {
+    matrix out(in.rows(), in.cols());
+    apply(in, out, positions, role);
+    return out;
+  }
+
+  /// Rotates by -angle in place: undoes apply() exactly when the attention factor is 1 and
+  /// there is no xPos (the cos/sin scale is not divided out, so otherwise the result is the
+  /// input times the scale squared).
+  template <class Derived>
+  void invert(const Eigen::MatrixBase<Derived>& x, rope_positions positions = {},
+              rope_role role = rope_role::query) {
+    const auto v = writable_view(x);
+    run_single(v, v, positions, role, true, "rotary_embedding::invert");
+  }
+
+  // ---- multi-head [L, H, D] ------------------------------------------------------------
+
+  /// In place on [L, H, D].
+  void apply(const strided_view<Scalar, 3>& x, rope_positions positions = {},
+             rope_role role = rope_role::query) {
+    run_single(lift(x), lift(x), positions, role, false, "rotary_embedding::apply");
+  }
+  /// Out of place on [L, H, D].
+  void apply(const strided_view<const Scalar, 3>& in, const strided_view<Scalar, 3>& out,
+             rope_positions positions = {}, rope_role role = rope_role::query) {
+    run_single(lift(in), lift(out), positions, role, false, "rotary_embedding::apply");
+  }
+
+  // ---- batched [B, L, H, D] ------------------------------------------------------------
+
+  /// In place on [B, L, H, D] (view_bshd, or view_bhsd for [B, H, L, D] memory).
+  void apply(const heads_view<Scalar>& x, rope_positions positions = {},
+             rope_role role = rope_role::query) {
+    run_single(x, x, positions, role, false, "rotary_embedding::apply");
+  }
+  /// Out of place on [B, L, H, D].
+  void apply(const heads_view<const Scalar>& in, const heads_view<Scalar>& out,
+             rope_positions positions = {}, rope_role role = rope_role::query) {
+    run_single(in, out, positions, role, false, "rotary_embedding::apply");
+  }
+  /// Undoes apply() in place on [B, L, H, D] (see the one-head invert()).
+  void invert(const heads_view<Scalar>& x, rope_positions positions = {},
+              rope_role role = rope_role::query) {
+    run_single(x, x, positions, role, true, "rotary_embedding::invert");
+  }
+
+  // ---- queries and keys together (GQA: any head counts) ---------------------------------
+
+  /// In place on q [B, L, Hq, D] and k [B, L, Hk, D] (Hq and Hk may differ): cos/sin are
+  /// computed once per token for both.
+  void apply_qk(const heads_view<Scalar>& q, const heads_view<Scalar>& k,
+                rope_positions positions = {}) {
+    const job jobs[2] = {{q, q, rope_role::query}, {k, k, rope_role::key}};
+    run(jobs, 2, positions, false, "rotary_embedding::apply_qk");
+  }
+  /// Out of place on q and k [B, L, H*, D].
+  void apply_qk(const heads_view<const Scalar>& q_in, const heads_view<Scalar>& q_out,
+                const heads_view<const Scalar>& k_in, const heads_view<Scalar>& k_out,
+                rope_positions positions = {}) {
+    const job jobs[2] = {{q_in, q_out, rope_role::query}, {k_in, k_out, rope_role::key}};
+    run(jobs, 2, positions, false, "rotary_embedding::apply_qk");
+  }
+  /// In place on q [L, Hq, D] and k [L, Hk, D].
+  void apply_qk(const strided_view<Scalar, 3>& q, const strided_view<Scalar, 3>& k,
+                rope_positions positions = {}) {
+    apply_qk(lift(q), lift(k), positions);
+  }
+
+ private:
+  struct job {
+    heads_view<const Scalar> in;
+    heads_view<Scalar> out;
+    rope_role role;
+  };
+
+  static rope_frequencies make_plain(Index head_dim, Index rotary_dim, double base) {
+    detail::require(head_dim > 0, "rotary_embedding", "head_dim", head_dim, "must be > 0");
+    const Index r = rotary_dim < 0 ? head_dim : rotary_dim;
+    detail::require(r > 0 && r % 2 == 0, "rotary_embedding", "rotary_dim", r,
+                    "must be even and > 0");
+    detail::require(r <= head_dim, "rotary_embedding", "rotary_dim", r,
+                    "must be <= head_dim = " + std::to_string(head_dim));
+    detail::require(std::isfinite(base) && base > 1.0, "rotary_embedding", "base", base,
+                    "must be finite and > 1");
+    return plain_rope_frequencies(r, base);
+  }
+
+  /// [L, H, D] as [1, L, H, D].
+  template <class T>
+  static heads_view<T> lift(const strided_view<T, 3>& v) {
+    return heads_view<T>(v.data(), {1, v.extent(0), v.extent(1), v.extent(2)},
+                         {0, v.stride(0), v.stride(1), v.stride(2)});
+  }
+
+  /// A writable Eigen [L, D] as [1, L, 1, D].
+  template <class Derived>
+  static heads_view<Scalar> writable_view(const Eigen::MatrixBase<Derived>& x) {
+    static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
+                  "posenc::rotary_embedding: the matrix's Scalar must be the embedding's");
+    static_assert(bool(Derived::Flags & Eigen::DirectAccessBit) &&
+                      bool(Derived::Flags & Eigen::LvalueBit),
+                  "posenc::rotary_embedding: the output must be a writable Matrix, Map, Block "
+                  "or Ref with direct access");
+    // Eigen's documented idiom for writable MatrixBase arguments
+    auto& m = const_cast<Eigen::MatrixBase<Derived>&>(x).derived();
+    const auto v = view_of(m);
+    return heads_view<Scalar>(v.data(), {1, v.extent(0), 1, v.extent(1)},
+                              {0, v.stride(0), 0, v.stride(1)});
+  }
+
+  /// Calls f with a [1, L, 1, D] view of `in`, evaluating expressions into a temporary.
+  template <class Derived, class F>
+  static void with_readable(const Eigen::MatrixBase<Derived>& in, F&& f) {
+    static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
+                  "posenc::rotary_embedding: the matrix's Scalar must be the embedding's");
+    if constexpr (bool(Derived::Flags & Eigen::DirectAccessBit)) {
+      const auto v = view_of(in.derived());
+      f(heads_view<const Scalar>(v.data(), {1, v.extent(0), 1, v.extent(1)},
+                                 {0, v.stride(0), 0, v.stride(1)}));
+    } else {
+      const matrix tmp = in;
+      f(heads_view<const Scalar>(tmp.data(), {1, tmp.rows(), 1, tmp.cols()},
+                                 {0, tmp.cols(), 0, 1}));
+    }
+  }
+
+  void run_single(const heads_view<const Scalar>& in, const heads_view<Scalar>& out,
+                  const rope_positions& positions, rope_role role, bool inverse,
+                  const char* where) {
+    const job jobs[1] = {{in, out, role}};
+    run(jobs, 1, positions, inverse, where);
+  }
+
+  /// Validates every job and the positions; returns the largest position (-1 if none).
+  Index validate(const job* jobs, int count, const rope_positions& positions,
+                 const char* where) const {
+    static const char* const axes[4] = {"batch", "seq", "heads", "dim"};
+    const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
+    for (int j = 0; j < count; ++j) {
+      const job& jb = jobs[j];
+      const std::string who = count == 1 ? "" : (jb.role == rope_role::query ? "q." : "k.");
+      detail::require(jb.in.extent(3) == head_dim_, where, who + "dim", jb.in.extent(3),
+                      "must equal head_dim = " + std::to_string(head_dim_));
+      for (int a = 0; a < 4; ++a)
+        detail::require(jb.out.extent(a) == jb.in.extent(a), where, who + "out." + axes[a],
+                        jb.out.extent(a), "must equal the input's " + std::string(axes[a]) +
+                                              " = " + std::to_string(jb.in.extent(a)));
+      if (static_cast<const Scalar*>(jb.out.data()) == jb.in.data())
+        for (int a = 0; a < 4; ++a)
+          detail::require(jb.out.stride(a) == jb.in.stride(a) || jb.in.extent(a) <= 1, where,
+                          who + "out.stride[" + std::to_string(a) + "]", jb.out.stride(a),
+                          "an output at the input's address must have the input's strides");
+      if (j > 0) {
+        detail::require(jb.in.extent(0) == batch, where, who + "batch", jb.in.extent(0),
+                        "must equal q.batch = " + std::to_string(batch));
+        detail::require(jb.in.extent(1) == seq, where, who + "seq", jb.in.extent(1),
+                        "must equal q.seq = " + std::to_string(seq));
+      }
+    }
+    if (!positions.has_ids()) {
+      const Index p = positions.offset();
+      detail::require(p >= 0, where, "offset", p, "positions must be >= 0");
+      detail::require(seq == 0 || p <= std::numeric_limits<Index>::max() - (seq - 1), where,
+                      "offset", p, "offset + seq - 1 overflows");
+      return seq == 0 ? -1 : p + seq - 1;
+    }
+    const Index n = positions.count();
+    detail::require(n == seq || n == batch * seq, where, "position_ids.size()", n,
+                    "must equal seq = " + std::to_string(seq) + " or batch * seq = " +
+                        std::to_string(batch * seq));
+    detail::require(n == 0 || positions.ids() != nullptr, where, "position_ids", "nullptr",
+                    "non-empty ids need memory");
+    Index max_pos = -1;
+    for (Index i = 0; i < n; ++i) {
+      const Index p = positions.ids()[i];
+      if (p < 0) detail::fail(where, "position_ids[" + std::to_string(i) + "]", p, "must be >= 0");
+      if (p > max_pos) max_pos = p;
+    }
+    return max_pos;
+  }
+
+  void run(const job* jobs, int count, const rope_positions& positions, bool inverse,
+           const char* where) {
+    const Index max_pos = validate(jobs, count, positions, where);
+    const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
+    if (max_pos < 0 || batch == 0) return;
+
+    const bool cached = options_.cache == rope_cache_mode::cached;
+    if (cached) cache_.ensure(max_pos);
+    const rope_frequencies& f = cache_.frequencies();
+    const Index pairs = cache_.pairs();
+    const bool xpos = f.has_xpos();
+    bool any_key = false;
+    for (int j = 0; j < count; ++j) any_key = any_key || jobs[j].role == rope_role::key;
+    std::vector<Scalar> scratch(cached ? 0 : static_cast<std::size_t>(4 * pairs));
+
+    backend::rope_token<Scalar> t;
+    t.head_dim = head_dim_;
+    t.rotary_dim = 2 * pairs;
+    t.pair_step = pairing_ == rope_pairing::half ? 1 : 2;
+    t.pair_offset = pairing_ == rope_pairing::half ? pairs : 1;
+    t.inverse = inverse;
+    const bool shared_ids = positions.has_ids() && positions.count() == seq;
+
+    // batch, then tokens: one cos/sin row per token, reused by every head of q and k
+    for (Index b = 0; b < batch; ++b) {
+      for (Index l = 0; l < seq; ++l) {
+        const Index n = !positions.has_ids() ? positions.offset() + l
+                        : shared_ids         ? positions.ids()[l]
+                                             : positions.ids()[b * seq + l];
+        const Scalar *cq, *sq, *ck, *sk;
+        if (cached) {
+          cq = cache_.cos(n, rope_role::query);
+          sq = cache_.sin(n, rope_role::query);
+          ck = cache_.cos(n, rope_role::key);
+          sk = cache_.sin(n, rope_role::key);
+        } else {
+          Scalar* s = scratch.data();
+          detail::rope_row(f, options_.precision, n, rope_role::query, s, s + pairs);
+          cq = s;
+          sq = s + pairs;
+          ck = cq;
+          sk = sq;
+          if (xpos && any_key) {
+            detail::rope_row(f, options_.precision, n, rope_role::key, s + 2 * pairs, s + 3 * pairs);
+            ck = s + 2 * pairs;
+            sk = s + 3 * pairs;
+          }
+        }
+        for (int j = 0; j < count; ++j) {
+          const job& jb = jobs[j];
+          t.in = jb.in.data() + b * jb.in.stride(0) + l * jb.in.stride(1);
+          t.in_head_stride = jb.in.stride(2);
+          t.in_dim_stride = jb.in.stride(3);
+          t.out = jb.out.data() + b * jb.out.stride(0) + l * jb.out.stride(1);
+          t.out_head_stride = jb.out.stride(2);
+          t.out_dim_stride = jb.out.stride(3);
+          t.heads = jb.in.extent(2);
+          const bool key = jb.role == rope_role::key;
+          t.cos = key ? ck : cq;
+          t.sin = key ? sk : sq;
+          rope_rotate(Backend{}, t);
+        }
+      }
+    }
+  }
+
+  Index head_dim_;
+  rope_pairing pairing_;
+  rope_options options_;
+  rope_cache<Scalar> cache_;
+};
+
+}  // namespace posenc
