@@ -1,0 +1,150 @@
+// `posenc rope`: rotate the rows of an .npy file with rotary position embeddings, with any
+// scaling; optionally write the effective inv_freq and print the attention factor.
+
+#include <cstdint>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <posenc/encoding/rotary.hpp>
+#include <posenc/io/npy.hpp>
+
+#include "cli.hpp"
+
+namespace posenc_cli {
+namespace {
+
+long long positive(const args& a, const std::string& name) {
+  const long long v = a.integer(name);
+  if (v < 1) throw usage_error("invalid value for " + name + ": " + std::to_string(v) + " (must be >= 1)");
+  return v;
+}
+
+/// The rope_config the flags describe (the library validates it when used).
+posenc::rope_config config_from(const args& a) {
+  posenc::rope_config c;
+  c.head_dim = positive(a, "--head-dim");
+  if (a.has("--rotary-dim")) c.rotary_dim = positive(a, "--rotary-dim");
+  c.base = a.real_or("--base", 10000.0);
+  c.pairing = posenc::parse_rope_pairing(a.choice("--pairing", {"half", "interleaved"}, "half"));
+  c.scaling = posenc::parse_rope_scaling_type(
+      a.choice("--scaling", {"none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "xpos"}, "none"));
+  c.factor = a.real_or("--factor", 1.0);
+  c.original_max_positions = a.integer_or("--original-max", 0);
+  c.beta_fast = a.real_or("--beta-fast", c.beta_fast);
+  c.beta_slow = a.real_or("--beta-slow", c.beta_slow);
+  if (a.has("--mscale")) c.mscale = a.real("--mscale");
+  if (a.has("--mscale-all-dim")) c.mscale_all_dim = a.real("--mscale-all-dim");
+  if (a.has("--attention-factor")) c.attention_factor = a.real("--attention-factor");
+  c.low_freq_factor = a.real_or("--low-freq-factor", c.low_freq_factor);
+  c.high_freq_factor = a.real_or("--high-freq-factor", c.high_freq_factor);
+  if (a.has("--short-factor")) c.short_factor = a.reals("--short-factor");
+  if (a.has("--long-factor")) c.long_factor = a.reals("--long-factor");
+  c.xpos_scale_base = a.real_or("--xpos-scale-base", c.xpos_scale_base);
+  return c;
+}
+
+/// The dtype of an .npy file: its rows are rotated and written back in that type.
+posenc::io::dtype file_dtype(const std::string& path) {
+  posenc::io::detail::input_file f(path, "rope --in");
+  return posenc::io::detail::read_npy_header(f, path).type;
+}
+
+template <class Scalar>
+int rotate_file(const args& a, const posenc::rope_config& cfg) {
+  const std::string in = a.str("--in"), out = a.str("--out");
+  auto x = posenc::io::read_npy<Scalar>(in);
+  if (x.shape.size() != 2 && x.shape.size() != 3)
+    throw usage_error("--in " + in + ": expected a [L, D] (or [L, H, D]) array, got rank " +
+                      std::to_string(x.shape.size()));
+  const posenc::Index len = x.shape[0];
+  const posenc::Index width = x.shape.back();
+  const posenc::Index heads = x.shape.size() == 3 ? x.shape[1] : 1;
+  if (width != cfg.head_dim)
+    throw usage_error("--in " + in + ": rows have " + std::to_string(width) +
+                      " values but --head-dim is " + std::to_string(cfg.head_dim));
+  const long long offset = a.integer_or("--offset", 0);
+  if (offset < 0) throw usage_error("invalid value for --offset: " + std::to_string(offset) + " (must be >= 0)");
+  if (offset > std::numeric_limits<long long>::max() - len)
+    throw usage_error("invalid value for --offset: " + std::to_string(offset) + " (too large)");
+  // frequencies for the whole sequence seen so far unless told otherwise (dynamic NTK, LongRoPE)
+  const long long seq_len = a.integer_or("--seq-len", offset + len);
+  if (seq_len < 0) throw usage_error("invalid value for --seq-len: " + std::to_string(seq_len) + " (must be >= 0)");
+
+  posenc::rope_options opt;
+  opt.cache = posenc::rope_cache_mode::on_the_fly;
+  if (a.has("--float32-reference")) opt.precision = posenc::rope_precision::float32_reference;
+  posenc::rotary_embedding<Scalar> rope(cfg, seq_len, opt);
+  const auto role = a.has("--key") ? posenc::rope_role::key : posenc::rope_role::query;
+  rope.apply(posenc::view_shd(x.data.data(), len, heads, width), offset, role);
+  posenc::io::write_npy(out, x);
+
+  const auto& f = rope.frequencies();
+  if (a.has("--inv-freq-out")) {
+    const std::string path = a.str("--inv-freq-out");
+    posenc::io::write_npy(path, f.inv_freq.data(), {static_cast<posenc::Index>(f.inv_freq.size())});
+  }
+  std::cout << "wrote " << out << ": [" << len;
+  if (x.shape.size() == 3) std::cout << ", " << heads;
+  std::cout << ", " << width << "] " << (sizeof(Scalar) == 4 ? "float32" : "float64") << ", "
+            << posenc::to_string(cfg.scaling) << ", " << posenc::to_string(cfg.pairing)
+            << ", rotary dim " << rope.rotary_dim() << ", positions " << offset << ".."
+            << offset + len - 1 << "\n";
+  if (a.has("--print-attention-factor"))
+    std::cout << "attention_factor " << std::setprecision(17) << f.attention_factor << "\n";
+  return 0;
+}
+
+}  // namespace
+
+command rope_command() {
+  command c;
+  c.name = "rope";
+  c.summary = "rotate the [L, D] rows of an .npy with rotary embeddings (any scaling)";
+  c.usage =
+      "posenc rope --head-dim D [--rotary-dim R] [--base B] [--pairing half|interleaved]\n"
+      "              [--scaling none|linear|ntk|dynamic|yarn|llama3|longrope|xpos] [--factor F]\n"
+      "              [--original-max N] [--seq-len N] [--beta-fast X] [--beta-slow X] [--mscale X]\n"
+      "              [--mscale-all-dim X] [--attention-factor X] [--low-freq-factor X]\n"
+      "              [--high-freq-factor X] [--short-factor a,b,...] [--long-factor a,b,...]\n"
+      "              [--offset P] [--inv-freq-out F.npy] [--print-attention-factor]\n"
+      "              --in X.npy --out Y.npy";
+  c.flags = {
+      {"--head-dim", "D", "per-head dim D: the width of each row of X", true},
+      {"--rotary-dim", "R", "rotary dim (even, <= D; default D): dims R..D-1 pass through", false},
+      {"--base", "B", "RoPE base / rope_theta (default 10000)", false},
+      {"--pairing", "half|interleaved", "half = Hugging Face rotate_half (default), interleaved = GPT-J/RoFormer", false},
+      {"--scaling", "TYPE", "none (default), linear, ntk, dynamic, yarn, llama3, longrope, xpos", false},
+      {"--factor", "F", "scaling factor (ntk: alpha; longrope: max/original context)", false},
+      {"--original-max", "N", "original max positions (dynamic, yarn, llama3, longrope)", false},
+      {"--seq-len", "N", "sequence length the frequencies are for (default offset + L)", false},
+      {"--beta-fast", "X", "YaRN beta_fast (default 32)", false},
+      {"--beta-slow", "X", "YaRN beta_slow (default 1)", false},
+      {"--mscale", "X", "YaRN mscale", false},
+      {"--mscale-all-dim", "X", "YaRN mscale_all_dim", false},
+      {"--attention-factor", "X", "attention factor override (multiplies cos and sin)", false},
+      {"--low-freq-factor", "X", "Llama 3 low_freq_factor (default 1)", false},
+      {"--high-freq-factor", "X", "Llama 3 high_freq_factor (default 4)", false},
+      {"--short-factor", "a,b,...", "LongRoPE short factors (R/2 values)", false},
+      {"--long-factor", "a,b,...", "LongRoPE long factors (R/2 values)", false},
+      {"--xpos-scale-base", "X", "xPos scale base (default 512)", false},
+      {"--key", "", "rotate X as keys (differs from queries only with xpos)", false},
+      {"--float32-reference", "", "float32 angles like PyTorch float32 code (default: exact)", false},
+      {"--offset", "P", "position of the first row (default 0): rows are P..P+L-1", false},
+      {"--in", "X.npy", "input rows [L, D] (or [L, H, D]), float32 or float64", true},
+      {"--out", "Y.npy", "output, same shape and dtype as the input", true},
+      {"--inv-freq-out", "F.npy", "also write the effective inv_freq [R/2] (float64)", false},
+      {"--print-attention-factor", "", "print the attention factor applied to cos and sin", false},
+  };
+  c.run = [](const args& a) {
+    const posenc::rope_config cfg = config_from(a);
+    const std::string in = a.str("--in");
+    if (file_dtype(in) == posenc::io::dtype::f64) return rotate_file<double>(a, cfg);
+    return rotate_file<float>(a, cfg);
+  };
+  return c;
+}
+
+}  // namespace posenc_cli

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Runs the built `posenc` CLI's `rope` subcommand and checks its output against the
+independent references (tests/reference/rotary.py for the rotation,
+tests/reference/rope_scaling.py for the scaled frequencies): every pairing and scaling,
+partial rotary, offsets, float32 and float64 files, --inv-freq-out and
+--print-attention-factor; and its errors (non-zero exit, one line on stderr, no file).
+
+Usage:  test_cli_rope.py PATH/TO/posenc
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    print("numpy missing: skipped")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import rotary as rot  # noqa: E402
+import rope_scaling as sc  # noqa: E402
+
+FAILURES = []
+
+
+def expect(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what)
+
+
+def run(cli, *argv):
+    p = subprocess.run([cli, *map(str, argv)], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def rope(cli, tmp, x, *argv):
+    """Writes x, runs `posenc rope ... --in --out`, returns (y, inv_freq, stdout)."""
+    xin, yout, fout = (os.path.join(tmp, n) for n in ("x.npy", "y.npy", "f.npy"))
+    for p in (yout, fout):
+        if os.path.exists(p):
+            os.remove(p)
+    np.save(xin, x)
+    rc, so, se = run(cli, "rope", *argv, "--in", xin, "--out", yout, "--inv-freq-out", fout)
+    expect(rc == 0, f"{argv}: rc {rc}, stderr {se!r}")
+    expect(se == "", f"{argv}: stderr not empty: {se!r}")
+    if rc != 0:
+        return None, None, so
+    return np.load(yout), np.load(fout), so
+
+
+def attention_factor_of(stdout):
+    for line in stdout.splitlines():
+        if line.startswith("attention_factor "):
+            return float(line.split()[1])
+    return None
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    cli = sys.argv[1]
+    rng = np.random.default_rng(7)
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, so, se = run(cli, "--help")
+        expect(rc == 0 and "rope" in so, "posenc --help lists rope")
+        rc, so, se = run(cli, "rope", "--help")
+        for flag in ["--head-dim", "--rotary-dim", "--base", "--pairing", "--scaling", "--factor",
+                     "--original-max", "--seq-len", "--beta-fast", "--beta-slow", "--mscale",
+                     "--mscale-all-dim", "--attention-factor", "--low-freq-factor",
+                     "--high-freq-factor", "--short-factor", "--long-factor", "--offset", "--in",
+                     "--out", "--inv-freq-out", "--print-attention-factor"]:
+            expect(rc == 0 and flag in so, f"rope --help mentions {flag}")
+
+        # unscaled models: Llama-2 (half), GPT-J (interleaved, partial), Pythia (partial)
+        for d, r, pairing, offset in [(128, 128, "half", 0), (256, 64, "interleaved", 2040),
+                                      (128, 32, "half", 100000)]:
+            x = rng.standard_normal((9, d))
+            y, f, so = rope(cli, tmp, x, "--head-dim", d, "--rotary-dim", r, "--pairing", pairing,
+                            "--offset", offset, "--print-attention-factor")
+            if y is None:
+                continue
+            pos = np.arange(offset, offset + 9)
+            want = rot.rotate(x, pos, rot.plain_inv_freq(r, 1e4), pairing)
+            expect(y.dtype == np.float64 and y.shape == x.shape, f"d {d}: float64 [9, {d}] kept")
+            expect(np.max(np.abs(y - want)) < 1e-10, f"d {d} r {r} {pairing}: values")
+            expect(np.array_equal(y[:, r:], x[:, r:]), f"d {d} r {r}: tail untouched")
+            expect(np.allclose(f, rot.plain_inv_freq(r, 1e4), rtol=1e-15, atol=0), f"d {d}: inv_freq")
+            expect(attention_factor_of(so) == 1.0, f"d {d}: attention factor printed as 1")
+
+        # float32 in, float32 out, within 2e-6 relative per row even at a large offset
+        x = rng.standard_normal((4, 64)).astype(np.float32)
+        y, f, so = rope(cli, tmp, x, "--head-dim", 64, "--offset", 1048573)
+        if y is not None:
+            want = rot.rotate(x.astype(np.float64), np.arange(1048573, 1048577),
+                              rot.plain_inv_freq(64, 1e4), "half")
+            err = np.max(np.linalg.norm(y - want, axis=1) / np.linalg.norm(want, axis=1))
+            expect(y.dtype == np.float32, "float32 kept")
+            expect(err < 2e-6, f"float32 at 1e6: relative error {err}")
+
+        # every scaling, end to end: inv_freq and attention factor from the scaling reference,
+        # the rotation from the rotary reference
+        r = 64
+        short = [1.0 + 0.02 * i for i in range(r // 2)]
+        long_ = [1.0 + 0.9 * i for i in range(r // 2)]
+        lists = lambda v: ",".join(repr(a) for a in v)  # noqa: E731
+        scaled = [
+            (["--scaling", "linear", "--factor", 4], sc.linear(r, 1e4, 4.0), 1.0, 1e4),
+            (["--scaling", "ntk", "--factor", 8], sc.ntk(r, 1e4, 8.0), 1.0, 1e4),
+            (["--scaling", "dynamic", "--factor", 2, "--original-max", 2048, "--seq-len", 8192],
+             sc.dynamic(r, 1e4, 2.0, 2048, 8192), 1.0, 1e4),
+            (["--base", 1e6, "--scaling", "yarn", "--factor", 4, "--original-max", 32768],
+             *sc.yarn(r, 1e6, 4.0, 32768), 1e6),
+            (["--base", 1e6, "--scaling", "yarn", "--factor", 4, "--original-max", 32768,
+              "--beta-fast", 16, "--beta-slow", 2, "--mscale", 1.0, "--mscale-all-dim", 0.5],
+             *sc.yarn(r, 1e6, 4.0, 32768, beta_fast=16.0, beta_slow=2.0, mscale=1.0,
+                      mscale_all_dim=0.5), 1e6),
+            (["--base", 1e6, "--scaling", "yarn", "--factor", 4, "--original-max", 32768,
+              "--attention-factor", 1.5], *sc.yarn(r, 1e6, 4.0, 32768, attention_factor=1.5), 1e6),
+            (["--base", 5e5, "--scaling", "llama3", "--factor", 8, "--original-max", 8192,
+              "--low-freq-factor", 1, "--high-freq-factor", 4],
+             sc.llama3(r, 5e5, 8.0, 8192, 1.0, 4.0), 1.0, 5e5),
+            (["--scaling", "longrope", "--factor", 32, "--original-max", 4096, "--seq-len", 8192,
+              "--short-factor", lists(short), "--long-factor", lists(long_)],
+             *sc.longrope(r, 1e4, 4096, 131072, short, long_, 8192), 1e4),
+            (["--scaling", "longrope", "--factor", 32, "--original-max", 4096, "--seq-len", 100,
+              "--short-factor", lists(short), "--long-factor", lists(long_)],
+             *sc.longrope(r, 1e4, 4096, 131072, short, long_, 100), 1e4),
+        ]
+        for argv, ws, af, _ in scaled:
+            x = rng.standard_normal((5, r))
+            y, f, so = rope(cli, tmp, x, "--head-dim", r, "--offset", 30, *argv,
+                            "--print-attention-factor")
+            if y is None:
+                continue
+            ws = np.array(ws)
+            expect(np.allclose(f, ws, rtol=1e-13, atol=0), f"{argv}: inv_freq")
+            got_af = attention_factor_of(so)
+            expect(got_af is not None and abs(got_af - af) < 1e-14, f"{argv}: attention factor {got_af} vs {af}")
+            want = rot.rotate(x, np.arange(30, 35), ws, "half", attention_factor=af)
+            expect(np.max(np.abs(y - want)) < 1e-11, f"{argv}: rotated values")
+        # xPos: queries and keys differ, as the reference says
+        x = rng.standard_normal((6, r))
+        yq, _, _ = rope(cli, tmp, x, "--head-dim", r, "--scaling", "xpos", "--offset", 3)
+        yk, _, _ = rope(cli, tmp, x, "--head-dim", r, "--scaling", "xpos", "--offset", 3, "--key")
+        if yq is not None and yk is not None:
+            pos = np.arange(3, 9)
+            inv = rot.plain_inv_freq(r, 1e4)
+            expect(np.max(np.abs(yq - rot.rotate(x, pos, inv, "half", xpos=(512.0, 0.4)))) < 1e-12, "xpos q")
+            expect(np.max(np.abs(yk - rot.rotate(x, pos, inv, "half", xpos=(512.0, 0.4), key=True))) < 1e-12,
+                   "xpos k")
+
+        # errors: non-zero exit, exactly one line on stderr, nothing written
+        xin = os.path.join(tmp, "e.npy")
+        np.save(xin, rng.standard_normal((3, 16)))
+        bad = [
+            (["--head-dim", 16, "--rotary-dim", 7], "rotary_dim = 7"),
+            (["--head-dim", 16, "--rotary-dim", 32], "rotary_dim = 32"),
+            (["--head-dim", 32], "--head-dim"),
+            (["--head-dim", 16, "--pairing", "diagonal"], "--pairing"),
+            (["--head-dim", 16, "--scaling", "magic"], "--scaling"),
+            (["--head-dim", 16, "--scaling", "linear", "--factor", 0], "factor = 0"),
+            (["--head-dim", 16, "--scaling", "yarn", "--factor", 4], "original_max_positions = 0"),
+            (["--head-dim", 16, "--scaling", "longrope", "--factor", 4, "--original-max", 10,
+              "--short-factor", "1,1", "--long-factor", "1,1,1,1,1,1,1,1"], "short_factor.size() = 2"),
+            (["--head-dim", 16, "--offset", -1], "--offset"),
+            (["--head-dim", 16, "--factor", "abc"], "--factor"),
+            (["--head-dim", 16, "--bogus", 1], "--bogus"),
+        ]
+        for argv, needle in bad:
+            out = os.path.join(tmp, "never.npy")
+            rc, so, se = run(cli, "rope", *argv, "--in", xin, "--out", out)
+            lines = se.splitlines()
+            expect(rc != 0, f"{argv}: exit status {rc}")
+            expect(len(lines) == 1 and needle in lines[0], f"{argv}: stderr {se!r} (want one line with {needle!r})")
+            expect(not os.path.exists(out), f"{argv}: wrote a file")
+        rc, so, se = run(cli, "rope", "--head-dim", 16, "--in", os.path.join(tmp, "missing.npy"),
+                         "--out", os.path.join(tmp, "o.npy"))
+        expect(rc != 0 and len(se.splitlines()) == 1, f"missing input: rc {rc}, stderr {se!r}")
+
+    print("test_cli_rope: %d failures" % len(FAILURES))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
