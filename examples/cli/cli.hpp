@@ -61,5 +61,6 @@ std::string help_text(const command& cmd);
 // Registered subcommands, one function per source file.
 command sinusoidal_command();
 command learned_command();
+command rope_command();
 
 }  // namespace posenc_cli

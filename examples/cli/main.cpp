@@ -17,6 +17,7 @@ std::vector<posenc_cli::command> all_commands() {
   return {
       posenc_cli::sinusoidal_command(),
       posenc_cli::learned_command(),
+      posenc_cli::rope_command(),
   };
 }
 

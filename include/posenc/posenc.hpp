@@ -12,5 +12,6 @@
 // File formats.
 
 // Encodings.
+#include "encoding/rotary.hpp"
 
 // Attention.
