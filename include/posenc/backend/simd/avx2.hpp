@@ -1,0 +1,97 @@
+#pragma once
+/// \file
+/// AVX2 + FMA packets (x86-64-v3): packet<float, backend::avx2> (8 lanes) and
+/// packet<double, backend::avx2> (4 lanes). Defined only when POSENC_ARCH_AVX2 is 1.
+/// Partial loads and stores use vmaskmov, which never touches the masked-off lanes' memory.
+/// The operations are listed in packet.hpp.
+
+#include "packet.hpp"
+
+#if POSENC_ARCH_AVX2
+#include <immintrin.h>
+
+namespace posenc {
+namespace simd {
+
+template <>
+struct packet<float, backend::avx2> {
+  using value_type = float;
+  static constexpr int size = 8;
+  __m256 v;
+
+  /// Lane mask with lanes [0, n) set, for vmaskmov.
+  static __m256i mask(int n) noexcept {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static packet load(const float* p) noexcept { return {_mm256_loadu_ps(p)}; }
+  static packet load_partial(const float* p, int n) noexcept {
+    return {_mm256_maskload_ps(p, mask(n))};
+  }
+  static packet broadcast(float x) noexcept { return {_mm256_set1_ps(x)}; }
+  static packet zero() noexcept { return {_mm256_setzero_ps()}; }
+  void store(float* p) const noexcept { _mm256_storeu_ps(p, v); }
+  void store_partial(float* p, int n) const noexcept { _mm256_maskstore_ps(p, mask(n), v); }
+};
+
+template <>
+struct packet<double, backend::avx2> {
+  using value_type = double;
+  static constexpr int size = 4;
+  __m256d v;
+
+  static __m256i mask(int n) noexcept {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+  }
+  static packet load(const double* p) noexcept { return {_mm256_loadu_pd(p)}; }
+  static packet load_partial(const double* p, int n) noexcept {
+    return {_mm256_maskload_pd(p, mask(n))};
+  }
+  static packet broadcast(double x) noexcept { return {_mm256_set1_pd(x)}; }
+  static packet zero() noexcept { return {_mm256_setzero_pd()}; }
+  void store(double* p) const noexcept { _mm256_storeu_pd(p, v); }
+  void store_partial(double* p, int n) const noexcept { _mm256_maskstore_pd(p, mask(n), v); }
+};
+
+using avx2_f32 = packet<float, backend::avx2>;
+using avx2_f64 = packet<double, backend::avx2>;
+
+// float
+inline avx2_f32 operator+(avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_add_ps(a.v, b.v)}; }
+inline avx2_f32 operator-(avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_sub_ps(a.v, b.v)}; }
+inline avx2_f32 operator*(avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_mul_ps(a.v, b.v)}; }
+inline avx2_f32 fmadd(avx2_f32 a, avx2_f32 b, avx2_f32 c) noexcept {
+  return {_mm256_fmadd_ps(a.v, b.v, c.v)};
+}
+inline avx2_f32 fnmadd(avx2_f32 a, avx2_f32 b, avx2_f32 c) noexcept {
+  return {_mm256_fnmadd_ps(a.v, b.v, c.v)};
+}
+inline avx2_f32 swap_pairs(avx2_f32 a) noexcept { return {_mm256_permute_ps(a.v, 0xB1)}; }
+
+// double
+inline avx2_f64 operator+(avx2_f64 a, avx2_f64 b) noexcept { return {_mm256_add_pd(a.v, b.v)}; }
+inline avx2_f64 operator-(avx2_f64 a, avx2_f64 b) noexcept { return {_mm256_sub_pd(a.v, b.v)}; }
+inline avx2_f64 operator*(avx2_f64 a, avx2_f64 b) noexcept { return {_mm256_mul_pd(a.v, b.v)}; }
+inline avx2_f64 fmadd(avx2_f64 a, avx2_f64 b, avx2_f64 c) noexcept {
+  return {_mm256_fmadd_pd(a.v, b.v, c.v)};
+}
+inline avx2_f64 fnmadd(avx2_f64 a, avx2_f64 b, avx2_f64 c) noexcept {
+  return {_mm256_fnmadd_pd(a.v, b.v, c.v)};
+}
+inline avx2_f64 swap_pairs(avx2_f64 a) noexcept { return {_mm256_permute_pd(a.v, 0x5)}; }
+
+inline void store_interleaved(double* dst, avx2_f64 a, avx2_f64 b) noexcept {
+  const __m256d lo = _mm256_unpacklo_pd(a.v, b.v);  // a0 b0 a2 b2
+  const __m256d hi = _mm256_unpackhi_pd(a.v, b.v);  // a1 b1 a3 b3
+  _mm256_storeu_pd(dst, _mm256_permute2f128_pd(lo, hi, 0x20));
+  _mm256_storeu_pd(dst + 4, _mm256_permute2f128_pd(lo, hi, 0x31));
+}
+inline void store_interleaved(float* dst, avx2_f64 a, avx2_f64 b) noexcept {
+  const __m128 fa = _mm256_cvtpd_ps(a.v), fb = _mm256_cvtpd_ps(b.v);
+  _mm256_storeu_ps(dst, _mm256_set_m128(_mm_unpackhi_ps(fa, fb), _mm_unpacklo_ps(fa, fb)));
+}
+inline void store_cvt(float* dst, avx2_f64 a) noexcept { _mm_storeu_ps(dst, _mm256_cvtpd_ps(a.v)); }
+
+}  // namespace simd
+}  // namespace posenc
+
+#endif  // POSENC_ARCH_AVX2

@@ -1,0 +1,103 @@
+#pragma once
+/// \file
+/// AVX-512 packets (x86-64-v4: F/VL/BW/DQ): packet<float, backend::avx512> (16 lanes) and
+/// packet<double, backend::avx512> (8 lanes). Defined only when POSENC_ARCH_AVX512 is 1.
+/// Partial loads and stores use k-masks (masked-off lanes are never accessed). Shuffles and
+/// conversions use the all-ones zero-masking forms: same instructions, but GCC 12's
+/// unmasked forms start from _mm512_undefined_*() and trip -Wmaybe-uninitialized.
+/// The operations are listed in packet.hpp.
+
+#include "packet.hpp"
+
+#if POSENC_ARCH_AVX512
+#include <immintrin.h>
+
+namespace posenc {
+namespace simd {
+
+template <>
+struct packet<float, backend::avx512> {
+  using value_type = float;
+  static constexpr int size = 16;
+  __m512 v;
+
+  static __mmask16 mask(int n) noexcept {
+    return n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+  }
+  static packet load(const float* p) noexcept { return {_mm512_loadu_ps(p)}; }
+  static packet load_partial(const float* p, int n) noexcept {
+    return {_mm512_maskz_loadu_ps(mask(n), p)};
+  }
+  static packet broadcast(float x) noexcept { return {_mm512_set1_ps(x)}; }
+  static packet zero() noexcept { return {_mm512_setzero_ps()}; }
+  void store(float* p) const noexcept { _mm512_storeu_ps(p, v); }
+  void store_partial(float* p, int n) const noexcept { _mm512_mask_storeu_ps(p, mask(n), v); }
+};
+
+template <>
+struct packet<double, backend::avx512> {
+  using value_type = double;
+  static constexpr int size = 8;
+  __m512d v;
+
+  static __mmask8 mask(int n) noexcept {
+    return n >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << n) - 1u);
+  }
+  static packet load(const double* p) noexcept { return {_mm512_loadu_pd(p)}; }
+  static packet load_partial(const double* p, int n) noexcept {
+    return {_mm512_maskz_loadu_pd(mask(n), p)};
+  }
+  static packet broadcast(double x) noexcept { return {_mm512_set1_pd(x)}; }
+  static packet zero() noexcept { return {_mm512_setzero_pd()}; }
+  void store(double* p) const noexcept { _mm512_storeu_pd(p, v); }
+  void store_partial(double* p, int n) const noexcept { _mm512_mask_storeu_pd(p, mask(n), v); }
+};
+
+using avx512_f32 = packet<float, backend::avx512>;
+using avx512_f64 = packet<double, backend::avx512>;
+
+// float
+inline avx512_f32 operator+(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_add_ps(a.v, b.v)}; }
+inline avx512_f32 operator-(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_sub_ps(a.v, b.v)}; }
+inline avx512_f32 operator*(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_mul_ps(a.v, b.v)}; }
+inline avx512_f32 fmadd(avx512_f32 a, avx512_f32 b, avx512_f32 c) noexcept {
+  return {_mm512_fmadd_ps(a.v, b.v, c.v)};
+}
+inline avx512_f32 fnmadd(avx512_f32 a, avx512_f32 b, avx512_f32 c) noexcept {
+  return {_mm512_fnmadd_ps(a.v, b.v, c.v)};
+}
+inline avx512_f32 swap_pairs(avx512_f32 a) noexcept { return {_mm512_maskz_permute_ps(0xFFFF, a.v, 0xB1)}; }
+
+// double
+inline avx512_f64 operator+(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_add_pd(a.v, b.v)}; }
+inline avx512_f64 operator-(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_sub_pd(a.v, b.v)}; }
+inline avx512_f64 operator*(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_mul_pd(a.v, b.v)}; }
+inline avx512_f64 fmadd(avx512_f64 a, avx512_f64 b, avx512_f64 c) noexcept {
+  return {_mm512_fmadd_pd(a.v, b.v, c.v)};
+}
+inline avx512_f64 fnmadd(avx512_f64 a, avx512_f64 b, avx512_f64 c) noexcept {
+  return {_mm512_fnmadd_pd(a.v, b.v, c.v)};
+}
+inline avx512_f64 swap_pairs(avx512_f64 a) noexcept { return {_mm512_maskz_permute_pd(0xFF, a.v, 0x55)}; }
+
+inline void store_interleaved(double* dst, avx512_f64 a, avx512_f64 b) noexcept {
+  const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  _mm512_storeu_pd(dst, _mm512_permutex2var_pd(a.v, lo, b.v));
+  _mm512_storeu_pd(dst + 8, _mm512_permutex2var_pd(a.v, hi, b.v));
+}
+inline void store_interleaved(float* dst, avx512_f64 a, avx512_f64 b) noexcept {
+  // [a0..a7 b0..b7] as floats, then one permute to a0 b0 a1 b1 ...
+  const __m512 ab = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_maskz_cvtpd_ps(0xFF, a.v)),
+                                       _mm512_maskz_cvtpd_ps(0xFF, b.v), 1);
+  const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  _mm512_storeu_ps(dst, _mm512_maskz_permutexvar_ps(0xFFFF, idx, ab));
+}
+inline void store_cvt(float* dst, avx512_f64 a) noexcept {
+  _mm256_storeu_ps(dst, _mm512_maskz_cvtpd_ps(0xFF, a.v));
+}
+
+}  // namespace simd
+}  // namespace posenc
+
+#endif  // POSENC_ARCH_AVX512

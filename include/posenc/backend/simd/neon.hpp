@@ -1,0 +1,92 @@
+#pragma once
+/// \file
+/// AArch64 Advanced SIMD packets: packet<float, backend::neon> (4 lanes) and
+/// packet<double, backend::neon> (2 lanes). Defined only when POSENC_ARCH_NEON is 1.
+/// NEON has no masked memory access, so partial loads and stores go lane by lane.
+/// The operations are listed in packet.hpp.
+
+#include "packet.hpp"
+
+#if POSENC_ARCH_NEON
+#include <arm_neon.h>
+
+namespace posenc {
+namespace simd {
+
+template <>
+struct packet<float, backend::neon> {
+  using value_type = float;
+  static constexpr int size = 4;
+  float32x4_t v;
+
+  static packet load(const float* p) noexcept { return {vld1q_f32(p)}; }
+  static packet load_partial(const float* p, int n) noexcept {
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < n && i < 4; ++i) t[i] = p[i];
+    return {vld1q_f32(t)};
+  }
+  static packet broadcast(float x) noexcept { return {vdupq_n_f32(x)}; }
+  static packet zero() noexcept { return {vdupq_n_f32(0.0f)}; }
+  void store(float* p) const noexcept { vst1q_f32(p, v); }
+  void store_partial(float* p, int n) const noexcept {
+    float t[4];
+    vst1q_f32(t, v);
+    for (int i = 0; i < n && i < 4; ++i) p[i] = t[i];
+  }
+};
+
+template <>
+struct packet<double, backend::neon> {
+  using value_type = double;
+  static constexpr int size = 2;
+  float64x2_t v;
+
+  static packet load(const double* p) noexcept { return {vld1q_f64(p)}; }
+  static packet load_partial(const double* p, int n) noexcept {
+    return {n >= 2 ? vld1q_f64(p) : n == 1 ? vsetq_lane_f64(p[0], vdupq_n_f64(0.0), 0)
+                                           : vdupq_n_f64(0.0)};
+  }
+  static packet broadcast(double x) noexcept { return {vdupq_n_f64(x)}; }
+  static packet zero() noexcept { return {vdupq_n_f64(0.0)}; }
+  void store(double* p) const noexcept { vst1q_f64(p, v); }
+  void store_partial(double* p, int n) const noexcept {
+    if (n >= 2)
+      vst1q_f64(p, v);
+    else if (n == 1)
+      p[0] = vgetq_lane_f64(v, 0);
+  }
+};
+
+using neon_f32 = packet<float, backend::neon>;
+using neon_f64 = packet<double, backend::neon>;
+
+// float
+inline neon_f32 operator+(neon_f32 a, neon_f32 b) noexcept { return {vaddq_f32(a.v, b.v)}; }
+inline neon_f32 operator-(neon_f32 a, neon_f32 b) noexcept { return {vsubq_f32(a.v, b.v)}; }
+inline neon_f32 operator*(neon_f32 a, neon_f32 b) noexcept { return {vmulq_f32(a.v, b.v)}; }
+inline neon_f32 fmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept { return {vfmaq_f32(c.v, a.v, b.v)}; }
+inline neon_f32 fnmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept { return {vfmsq_f32(c.v, a.v, b.v)}; }
+inline neon_f32 swap_pairs(neon_f32 a) noexcept { return {vrev64q_f32(a.v)}; }
+
+// double
+inline neon_f64 operator+(neon_f64 a, neon_f64 b) noexcept { return {vaddq_f64(a.v, b.v)}; }
+inline neon_f64 operator-(neon_f64 a, neon_f64 b) noexcept { return {vsubq_f64(a.v, b.v)}; }
+inline neon_f64 operator*(neon_f64 a, neon_f64 b) noexcept { return {vmulq_f64(a.v, b.v)}; }
+inline neon_f64 fmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept { return {vfmaq_f64(c.v, a.v, b.v)}; }
+inline neon_f64 fnmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept { return {vfmsq_f64(c.v, a.v, b.v)}; }
+inline neon_f64 swap_pairs(neon_f64 a) noexcept { return {vextq_f64(a.v, a.v, 1)}; }
+
+inline void store_interleaved(double* dst, neon_f64 a, neon_f64 b) noexcept {
+  vst1q_f64(dst, vzip1q_f64(a.v, b.v));
+  vst1q_f64(dst + 2, vzip2q_f64(a.v, b.v));
+}
+inline void store_interleaved(float* dst, neon_f64 a, neon_f64 b) noexcept {
+  const float32x2_t fa = vcvt_f32_f64(a.v), fb = vcvt_f32_f64(b.v);
+  vst1q_f32(dst, vcombine_f32(vzip1_f32(fa, fb), vzip2_f32(fa, fb)));
+}
+inline void store_cvt(float* dst, neon_f64 a) noexcept { vst1_f32(dst, vcvt_f32_f64(a.v)); }
+
+}  // namespace simd
+}  // namespace posenc
+
+#endif  // POSENC_ARCH_NEON

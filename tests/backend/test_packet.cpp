@@ -1,0 +1,118 @@
+// The packet layer on every compiled SIMD backend: partial memory access stays inside the
+// lanes asked for, arithmetic is IEEE (fmadd fused), the shuffles put lanes where documented.
+#include <posenc/backend/simd/avx2.hpp>
+#include <posenc/backend/simd/avx512.hpp>
+#include <posenc/backend/simd/neon.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "backends.hpp"
+#include "support/catch.hpp"
+
+namespace {
+
+template <class T, class B>
+void check_packet_ops() {
+  using P = posenc::simd::packet<T, B>;
+  constexpr int W = P::size;
+  INFO("backend " << B::name() << ", " << sizeof(T) * 8 << "-bit lanes");
+  // load_partial / store_partial at the very end of a heap block of exactly n values, so
+  // ASan reports any access past lane n - 1
+  for (int n = 0; n <= W; ++n) {
+    std::unique_ptr<T[]> src(new T[static_cast<std::size_t>(n)]);
+    for (int i = 0; i < n; ++i) src[static_cast<std::size_t>(i)] = T(i + 1);
+    const P p = P::load_partial(src.get(), n);
+    T lanes[W];
+    p.store(lanes);
+    for (int i = 0; i < W; ++i) CHECK(lanes[i] == (i < n ? T(i + 1) : T(0)));
+    std::unique_ptr<T[]> dst(new T[static_cast<std::size_t>(n)]);
+    for (int i = 0; i < n; ++i) dst[static_cast<std::size_t>(i)] = T(-7);
+    P::broadcast(T(3)).store_partial(dst.get(), n);
+    for (int i = 0; i < n; ++i) CHECK(dst[static_cast<std::size_t>(i)] == T(3));
+  }
+  // store_partial leaves the lanes past n untouched
+  T buf[W];
+  for (int i = 0; i < W; ++i) buf[i] = T(-1);
+  P::broadcast(T(5)).store_partial(buf, W / 2);
+  for (int i = 0; i < W; ++i) CHECK(buf[i] == (i < W / 2 ? T(5) : T(-1)));
+
+  T a[W], b[W], c[W], out[W];
+  for (int i = 0; i < W; ++i) {
+    a[i] = T(1) + T(i) * std::numeric_limits<T>::epsilon();
+    b[i] = T(1) - T(i) * std::numeric_limits<T>::epsilon();
+    c[i] = T(-1);
+  }
+  const P pa = P::load(a), pb = P::load(b), pc = P::load(c);
+  (pa + pb).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == a[i] + b[i]);
+  (pa - pb).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == a[i] - b[i]);
+  (pa * pb).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == a[i] * b[i]);
+  // fused: a*b - 1 = -(i eps)^2 is exact only without the intermediate rounding
+  fmadd(pa, pb, pc).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == std::fma(a[i], b[i], c[i]));
+  fnmadd(pa, pb, P::broadcast(T(1))).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == std::fma(-a[i], b[i], T(1)));
+  CHECK(std::fma(a[W - 1], b[W - 1], c[W - 1]) != a[W - 1] * b[W - 1] + c[W - 1]);  // the test bites
+  P::zero().store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == T(0));
+
+  for (int i = 0; i < W; ++i) a[i] = T(i);
+  swap_pairs(P::load(a)).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == T(i ^ 1));
+}
+
+template <class B>
+void check_conversions() {
+  using PD = posenc::simd::packet<double, B>;
+  constexpr int W = PD::size;
+  INFO("backend " << B::name());
+  double s[W], c[W];
+  for (int i = 0; i < W; ++i) {
+    s[i] = 0.1 * (i + 1);     // not representable in float: rounding is exercised
+    c[i] = -1.0 / (i + 3.0);
+  }
+  double di[2 * W];
+  float fi[2 * W], fc[W];
+  store_interleaved(di, PD::load(s), PD::load(c));
+  store_interleaved(fi, PD::load(s), PD::load(c));
+  store_cvt(fc, PD::load(s));
+  for (int i = 0; i < W; ++i) {
+    CHECK(di[2 * i] == s[i]);
+    CHECK(di[2 * i + 1] == c[i]);
+    CHECK(fi[2 * i] == static_cast<float>(s[i]));
+    CHECK(fi[2 * i + 1] == static_cast<float>(c[i]));
+    CHECK(fc[i] == static_cast<float>(s[i]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("packets: memory, arithmetic and shuffles", "[backend][simd][packet]") {
+  int tested = 0;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    check_packet_ops<float, B>();
+    check_packet_ops<double, B>();
+    check_conversions<B>();
+    ++tested;
+  });
+  INFO("SIMD backends compiled: " << tested << ", default " << posenc::default_backend::name());
+  CHECK(tested == POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON);
+}
+
+TEST_CASE("packets exist exactly for the enabled instruction sets", "[backend][simd][packet]") {
+  using posenc::simd::has_packet_v;
+  namespace be = posenc::backend;
+  STATIC_REQUIRE(has_packet_v<float, be::avx2> == (POSENC_ARCH_AVX2 == 1));
+  STATIC_REQUIRE(has_packet_v<double, be::avx512> == (POSENC_ARCH_AVX512 == 1));
+  STATIC_REQUIRE(has_packet_v<float, be::neon> == (POSENC_ARCH_NEON == 1));
+  STATIC_REQUIRE_FALSE(has_packet_v<float, be::scalar>);
+#ifdef POSENC_TEST_EXPECTED_BACKEND
+  // CI builds pass the backend their -march must select, so a silently scalar build fails.
+  CHECK(std::strcmp(posenc::default_backend::name(), POSENC_TEST_EXPECTED_BACKEND) == 0);
+#endif
+}
