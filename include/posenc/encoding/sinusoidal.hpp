@@ -34,6 +34,10 @@
 #include <vector>
 
 #include "../backend/scalar/sinusoidal.hpp"
+// SIMD kernels (each empty unless the compiler flags enable its instruction set)
+#include "../backend/avx2/sinusoidal.hpp"
+#include "../backend/avx512/sinusoidal.hpp"
+#include "../backend/neon/sinusoidal.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
 #include "../core/view.hpp"
