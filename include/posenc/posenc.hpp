@@ -10,6 +10,8 @@
 #include "core/view.hpp"
 
 // File formats.
+#include "io/tensor.hpp"
+#include "io/npy.hpp"
 
 // Encodings.
 #include "encoding/rotary.hpp"
