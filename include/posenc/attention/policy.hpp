@@ -38,8 +38,9 @@
 ///                       Eigen::Ref<drow> out);                             has_value_term
 ///
 /// `begin_row` is the per-query-row hook: it receives the *raw* (untransformed) query row
-/// and is called right before the kernel asks for `score(pos, j)` for that row's unmasked
-/// keys, and again before `add_values`, so a relative scheme can precompute once per row
+/// and is called once per row, right before the kernel asks for `score(pos, j)` for that
+/// row's unmasked keys; that row's `add_values` (forward) or backward hooks follow before
+/// the next `begin_row`. So a relative scheme can precompute once per row
 /// (Shaw: q_i . a^K_r for all 2k+1 clip buckets r; Transformer-XL: (q_i + v) . R_r for
 /// every relative distance r), making each `score` an O(1) lookup. `add_values` receives
 /// the row's weights p (length Lk, zeros at masked keys) so Shaw can bucket them first.
@@ -64,6 +65,8 @@
 ///            same for keys, on all rows of the head at once
 ///
 /// Gradient accumulation is additive: zero the gradient object before a fresh backward.
+/// The backward entry points call `policy.check_gradient(grad)` first, so a policy whose
+/// hooks index into the gradient validates its sizes there.
 
 #include <Eigen/Core>
 
@@ -106,6 +109,9 @@ struct policy_base {
   using gradient_type = no_gradient;
   /// Validates the policy against a call's shape; throws posenc::error.
   void check(const attention_shape& /*shape*/) const {}
+  /// Validates a caller's gradient accumulator (its sizes) before a backward pass.
+  template <class Grad>
+  void check_gradient(const Grad& /*grad*/) const {}
 };
 
 /// No-op hooks; a policy's head object derives from this and hides what it implements.

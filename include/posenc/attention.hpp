@@ -1,0 +1,15 @@
+#pragma once
+/// \file
+/// The attention module: the reference scaled dot-product attention kernel, masks,
+/// multi-head / grouped-query attention over strided views, the KV cache, the backward
+/// pass, the position-policy interface, and the policies posenc ships for it
+/// (ALiBi, T5 relative bias). See docs/attention.md.
+
+#include "attention/policy.hpp"
+#include "attention/mask.hpp"
+#include "attention/attention.hpp"
+#include "attention/multi_head.hpp"
+#include "attention/kv_cache.hpp"
+#include "attention/backward.hpp"
+#include "encoding/alibi.hpp"
+#include "encoding/t5_bias.hpp"

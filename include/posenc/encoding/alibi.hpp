@@ -1,0 +1,148 @@
+#pragma once
+/// \file
+/// ALiBi, attention with linear biases (Press, Smith & Lewis 2022, "Train short, test
+/// long"): no position embedding; each head h adds a fixed linear penalty to its logits
+/// (after the 1/sqrt(d) scaling):
+///
+///     causal form      bias_h(i, j) = -m_h · (pos_i - j)       pos_i = q_offset + i
+///     symmetric form   bias_h(i, j) = -m_h · |pos_i - j|       (bidirectional encoders)
+///
+/// Keys after the query in the causal form: the same linear formula, i.e. +m_h·(j - pos_i)
+/// (the bias is exactly linear in j - i everywhere). With the causal mask those keys are
+/// masked anyway; this equals Press et al.'s implementation, which adds m_h·j to every row
+/// (the two differ by -m_h·pos_i per row, which softmax ignores). For attention without a
+/// causal mask use the symmetric form.
+///
+/// Slopes (the paper's reference code): for n = 2^a heads a geometric sequence
+/// m_h = 2^(-8(h+1)/n), h = 0..n-1; otherwise with c = 2^floor(log2 n), the c slopes for c
+/// heads followed by every other slope (indices 0, 2, 4, ...) of the 2c-head sequence, the
+/// first n - c of them. llama.cpp / ggml parameterise the same with max_bias (8 gives the
+/// paper's slopes): m0 = 2^(-max_bias/c), m1 = 2^(-max_bias/(2c)),
+/// m_h = m0^(h+1) for h < c, else m1^(2(h-c)+1). posenc evaluates both in double.
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "../attention/policy.hpp"
+#include "../core/error.hpp"
+#include "../core/view.hpp"
+
+namespace posenc {
+
+namespace detail {
+/// Largest power of two <= n (n >= 1).
+inline Index alibi_pow2_floor(Index n) noexcept {
+  Index c = 1;
+  while (c * 2 <= n) c *= 2;
+  return c;
+}
+}  // namespace detail
+
+/// ALiBi slopes with llama.cpp's max_bias parameterisation, for `heads` >= 1 heads and
+/// max_bias > 0 (8 reproduces the paper). Returns `heads` slopes, head 0 first.
+inline std::vector<double> alibi_slopes_max_bias(Index heads, double max_bias) {
+  detail::require(heads >= 1, "alibi_slopes", "heads", heads, "must be >= 1");
+  detail::require(std::isfinite(max_bias) && max_bias > 0, "alibi_slopes", "max_bias", max_bias,
+                  "must be finite and > 0");
+  const Index c = detail::alibi_pow2_floor(heads);
+  std::vector<double> m(static_cast<std::size_t>(heads));
+  for (Index h = 0; h < heads; ++h) {
+    // m0^(h+1) and m1^(2(h-c)+1), with the power folded into one exponent.
+    const double e = h < c ? max_bias * static_cast<double>(h + 1) / static_cast<double>(c)
+                           : max_bias * static_cast<double>(2 * (h - c) + 1) /
+                                 static_cast<double>(2 * c);
+    m[static_cast<std::size_t>(h)] = std::exp2(-e);
+  }
+  return m;
+}
+
+/// ALiBi slopes exactly as Press et al.'s reference code defines them (see the file
+/// comment), for any `heads` >= 1. Head 0 first.
+inline std::vector<double> alibi_slopes(Index heads) { return alibi_slopes_max_bias(heads, 8.0); }
+
+/// Causal (-m·(i-j)) or symmetric (-m·|i-j|) ALiBi.
+enum class alibi_form { causal, symmetric };
+
+/// ALiBi as an attention position policy: bias_h(pos, j) = -m_h·(pos - j) or -m_h·|pos - j|.
+/// No learned parameters (gradient_type is no_gradient).
+class alibi_policy : public policy_base {
+ public:
+  static constexpr bool has_bias = true;
+
+  /// Paper slopes for `heads` heads.
+  explicit alibi_policy(Index heads, alibi_form form = alibi_form::causal)
+      : slopes_(alibi_slopes(heads)), form_(form) {}
+
+  /// Explicit slopes (one per head; finite).
+  alibi_policy(std::vector<double> slopes, alibi_form form) : slopes_(std::move(slopes)), form_(form) {
+    detail::require(!slopes_.empty(), "alibi_policy", "slopes.size()", slopes_.size(), "must be >= 1");
+    for (double m : slopes_)
+      detail::require(std::isfinite(m), "alibi_policy", "slope", m, "must be finite");
+  }
+
+  /// llama.cpp's parameterisation (max_bias = hparams.f_max_alibi_bias).
+  static alibi_policy from_max_bias(Index heads, double max_bias,
+                                    alibi_form form = alibi_form::causal) {
+    return alibi_policy(alibi_slopes_max_bias(heads, max_bias), form);
+  }
+
+  /// A one-head policy with head h's slope, for single-head attention().
+  alibi_policy only_head(Index h) const {
+    detail::require(h >= 0 && h < heads(), "alibi_policy::only_head", "h", h,
+                    "must be in [0, heads)");
+    return alibi_policy(std::vector<double>{slopes_[static_cast<std::size_t>(h)]}, form_);
+  }
+
+  Index heads() const noexcept { return static_cast<Index>(slopes_.size()); }
+  const std::vector<double>& slopes() const noexcept { return slopes_; }
+  alibi_form form() const noexcept { return form_; }
+
+  /// The call must have exactly heads() query heads.
+  void check(const attention_shape& s) const {
+    detail::require(s.heads == heads(), "alibi_policy", "heads", s.heads,
+                    "must equal the number of ALiBi slopes");
+  }
+
+  struct head_type : head_base {
+    double m = 0.0;
+    bool symmetric = false;
+    double bias(Index pos, Index j) const noexcept {
+      const double rel = static_cast<double>(pos - j);
+      return -m * (symmetric ? std::abs(rel) : rel);
+    }
+  };
+  head_type head(Index /*batch*/, Index h, const attention_shape& /*shape*/) const {
+    head_type t;
+    t.m = slopes_[static_cast<std::size_t>(h)];
+    t.symmetric = form_ == alibi_form::symmetric;
+    return t;
+  }
+
+ private:
+  std::vector<double> slopes_;
+  alibi_form form_;
+};
+
+/// The ALiBi bias tensor [H, Lq, Lk] flattened to a row-major [H·Lq, Lk] matrix (row
+/// h·Lq + i is head h, query i at position q_offset + i), for inspection and the CLI.
+inline dmatrix alibi_bias(Index heads, Index len_q, Index len_k, Index q_offset = 0,
+                          alibi_form form = alibi_form::causal) {
+  detail::require(len_q >= 0, "alibi_bias", "len_q", len_q, "must be >= 0");
+  detail::require(len_k >= 0, "alibi_bias", "len_k", len_k, "must be >= 0");
+  detail::require(q_offset >= 0, "alibi_bias", "q_offset", q_offset, "must be >= 0");
+  const alibi_policy p(heads, form);
+  attention_shape s;
+  s.heads = heads;
+  s.len_q = len_q;
+  s.len_k = len_k;
+  s.dim = 1;
+  s.q_offset = q_offset;
+  dmatrix out(heads * len_q, len_k);
+  for (Index h = 0; h < heads; ++h) out.middleRows(h * len_q, len_q) = materialize_bias(p, 0, h, s);
+  return out;
+}
+
+}  // namespace posenc
