@@ -6,6 +6,10 @@ is a real model configuration (or a plain textbook one) and each golden file hol
 
     rope_scaling_<case>.npy = [attention_factor, inv_freq_0, ..., inv_freq_{r/2-1}]   float64
 
+plus end-to-end cases rope_scaling_apply_<model>_{q,k,pos,q_rot,k_rot}.npy: random q, k
+rows [L, D] of one head, their int64 positions, and the rows rotated the Hugging Face way
+(x cos + rotate_half(x) sin, cos/sin scaled by the attention factor).
+
 Formulas (r = rotary dim, i < r/2, theta_i = base^(2i/r), L = original context):
 
 * RoPE, Su et al. 2021 (RoFormer) eq. 15:     w_i = 1 / theta_i
@@ -201,6 +205,34 @@ def llama3_freq_factors(r, base, s, L, low, high):
     return out
 
 
+def rotate_half_apply(x, positions, inv_freq, attention_factor):
+    """Hugging Face's apply_rotary_pos_emb on one head: x cos + rotate_half(x) sin, where
+    cos/sin = cos/sin of [n w, n w] (the frequencies repeated for both halves) times the
+    attention factor; dims past r untouched."""
+    r = 2 * len(inv_freq)
+    out = x.copy()
+    for t, n in enumerate(positions):
+        ang = np.array([float(n) * w for w in inv_freq] * 2)
+        cos = np.cos(ang) * attention_factor
+        sin = np.sin(ang) * attention_factor
+        xr = x[t, :r]
+        rh = np.concatenate([-xr[r // 2:], xr[:r // 2]])
+        out[t, :r] = xr * cos + rh * sin
+    return out
+
+
+def apply_case(out, name, packed, d, positions, seed):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((len(positions), d))
+    k = rng.standard_normal((len(positions), d))
+    a, ws = float(packed[0]), [float(w) for w in packed[1:]]
+    out["apply_%s_q" % name] = q
+    out["apply_%s_k" % name] = k
+    out["apply_%s_pos" % name] = np.array(positions, dtype=np.int64)
+    out["apply_%s_q_rot" % name] = rotate_half_apply(q, positions, ws, a)
+    out["apply_%s_k_rot" % name] = rotate_half_apply(k, positions, ws, a)
+
+
 def pack(ws, attention_factor=1.0):
     return np.array([attention_factor] + list(ws), dtype=np.float64)
 
@@ -269,6 +301,12 @@ def make_all():
     # Partial extrapolation blend (ext_factor 0.5) and a non-unit attn_factor: ggml only.
     ws, a = ggml(128, 1e4, freq_scale=0.125, ext_factor=0.5, attn_factor=0.9, n_ctx_orig=4096)
     out["gguf_yarn_half_ext"] = pack(ws, a)
+
+    # End to end: q, k rows of one head rotated at scattered positions (half pairing).
+    apply_case(out, "llama31_8b", out["llama31_8b"], 128, [0, 1, 2, 8191, 8192, 65535, 131071], 31)
+    apply_case(out, "qwen2_yarn", out["qwen2_yarn"], 128, [0, 5, 32767, 32768, 70000, 131071], 2)
+    apply_case(out, "phi3_long", out["phi3_long"], 96, [0, 1, 4096, 50000, 131071], 3)
+    apply_case(out, "phi3_short", out["phi3_short"], 96, [0, 1, 100, 4095], 4)
     return out
 
 
