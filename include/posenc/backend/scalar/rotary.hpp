@@ -17,6 +17,9 @@
 /// The dims past the rotary dim r (partial rotary) are copied unchanged when the output is
 /// a different buffer, and not touched at all in place.
 
+#include <type_traits>
+
+#include "../../config.hpp"
 #include "../../core/backend.hpp"
 #include "../../core/view.hpp"
 
@@ -46,26 +49,47 @@ struct rope_token {
   bool inverse = false;    ///< rotate by -angle (sin negated)
 };
 
+namespace detail {
+
+/// Rotates the pairs of one head vector; `InStride`/`OutStride` are the dim strides (a
+/// compile-time 1 in the contiguous case, so compilers can vectorise the half layout).
+template <class T, class InStride, class OutStride>
+POSENC_INLINE void rope_rotate_head(const T* x, T* y, InStride is, OutStride os, Index pairs,
+                                    Index step, Index offset, const T* cos, const T* sin,
+                                    T sign) noexcept {
+  for (Index i = 0; i < pairs; ++i) {
+    const Index a = i * step;
+    const Index b = a + offset;
+    const T c = cos[i];
+    const T s = sign * sin[i];  // sign is +1 or -1: exact
+    const T xa = x[a * is];
+    const T xb = x[b * is];
+    y[a * os] = xa * c - xb * s;
+    y[b * os] = xb * c + xa * s;
+  }
+}
+
+}  // namespace detail
+
 /// Rotates all heads of one token (portable reference kernel). Never throws.
 template <class T>
 inline void rope_rotate(scalar const&, const rope_token<T>& t) noexcept {
   const Index pairs = t.rotary_dim / 2;
   const bool copy_tail = static_cast<const T*>(t.out) != t.in;
+  const bool contiguous = t.in_dim_stride == 1 && t.out_dim_stride == 1;
+  const T sign = t.inverse ? T(-1) : T(1);
   // heads: the token's cos/sin are reused by every head
   for (Index h = 0; h < t.heads; ++h) {
     const T* x = t.in + h * t.in_head_stride;
     T* y = t.out + h * t.out_head_stride;
-    // pairs: read both inputs before writing, so in place is safe
-    for (Index i = 0; i < pairs; ++i) {
-      const Index a = i * t.pair_step;
-      const Index b = a + t.pair_offset;
-      const T c = t.cos[i];
-      const T s = t.inverse ? -t.sin[i] : t.sin[i];
-      const T xa = x[a * t.in_dim_stride];
-      const T xb = x[b * t.in_dim_stride];
-      y[a * t.out_dim_stride] = xa * c - xb * s;
-      y[b * t.out_dim_stride] = xb * c + xa * s;
-    }
+    // pairs: both inputs are read before either output is written, so in place is safe
+    if (contiguous)
+      detail::rope_rotate_head(x, y, std::integral_constant<Index, 1>{},
+                               std::integral_constant<Index, 1>{}, pairs, t.pair_step,
+                               t.pair_offset, t.cos, t.sin, sign);
+    else
+      detail::rope_rotate_head(x, y, t.in_dim_stride, t.out_dim_stride, pairs, t.pair_step,
+                               t.pair_offset, t.cos, t.sin, sign);
     // tail: partial rotary passes the remaining dims through bit for bit
     if (copy_tail)
       for (Index d = t.rotary_dim; d < t.head_dim; ++d)
