@@ -349,6 +349,23 @@ TEST_CASE("rope_config from Hugging Face parameters", "[rotary][scaling][hf]") {
     CHECK(c.factor == 32.0);
     check_golden(c.frequencies(4096), "phi3_short");
     check_golden(c.frequencies(8192), "phi3_long");
+    // An explicit factor in the dict wins (newer transformers); here 1: attention factor 1.
+    rope_params with_factor = scaling;
+    with_factor["factor"] = 1.0;
+    CHECK(posenc::rope_config_from_hf(config, with_factor).frequencies().attention_factor == 1.0);
+    // The original context inside the dict (rope_parameters style) works the same.
+    rope_params top = config;
+    top.erase("original_max_position_embeddings");
+    rope_params inner = scaling;
+    inner["original_max_position_embeddings"] = 4096.0;
+    check_golden(posenc::rope_config_from_hf(top, inner).frequencies(8192), "phi3_long");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf({{"head_dim", 96.0}}, {{"type", std::string("su")},
+                                                           {"short_factor", phi3_short},
+                                                           {"long_factor", phi3_long}}),
+        "original_max_position_embeddings = <missing>");
+    top["original_max_position_embeddings"] = -4.0;
+    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(top, scaling), "original_max_position_embeddings = -4");
   }
   SECTION("partial rotary, explicit head_dim, GPT-J and GPT-NeoX keys, default base") {
     const rope_params neox = {{"hidden_size", 512.0}, {"num_attention_heads", 4.0},

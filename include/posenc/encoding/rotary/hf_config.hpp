@@ -108,8 +108,9 @@ T required(const std::optional<T>& v, std::string_view key, std::string_view why
 /// - dynamic: original context = `max_position_embeddings` (as Hugging Face does);
 /// - yarn: original context = the dict's `original_max_position_embeddings`, else
 ///   `max_position_embeddings`;
-/// - longrope: original context = top-level (or dict) `original_max_position_embeddings`, and
-///   then factor = `max_position_embeddings` / original (else the dict's `factor`, else 1).
+/// - longrope: original context = top-level (or dict) `original_max_position_embeddings`, else
+///   `max_position_embeddings`; factor (for the default attention factor) = the dict's `factor`,
+///   else `max_position_embeddings` / original, else 1.
 ///
 /// Throws posenc::error naming the key for a missing required key, a value of the wrong
 /// type, an unknown `rope_type`, and anything rope_config::validate() rejects.
@@ -209,16 +210,16 @@ inline rope_config rope_config_from_hf(const rope_params& config,
       c.long_factor = required(param_list(rope_scaling, "long_factor"), "long_factor", need_factor);
       std::optional<Index> orig = param_index(config, "original_max_position_embeddings");
       if (!orig) orig = param_index(rope_scaling, "original_max_position_embeddings");
-      if (orig && max_pos) {
-        require(*orig > 0, "rope_config_from_hf", "original_max_position_embeddings", *orig,
-                "must be > 0");
-        c.original_max_positions = *orig;
+      c.original_max_positions = required(orig ? orig : max_pos, "original_max_position_embeddings",
+                                          "required by longrope (or max_position_embeddings)");
+      require(c.original_max_positions > 0, "rope_config_from_hf", "original_max_position_embeddings",
+              c.original_max_positions, "must be > 0");
+      if (auto f = param_number(rope_scaling, "factor"))
+        c.factor = *f;
+      else if (orig && max_pos)
         c.factor = static_cast<double>(*max_pos) / static_cast<double>(*orig);
-      } else {
-        c.original_max_positions = required(orig ? orig : max_pos, "original_max_position_embeddings",
-                                            "required by longrope (or max_position_embeddings)");
-        c.factor = param_number(rope_scaling, "factor").value_or(1.0);
-      }
+      else
+        c.factor = 1.0;
       c.attention_factor = param_number(rope_scaling, "attention_factor");
       break;
     }
