@@ -15,5 +15,7 @@
 
 // Encodings.
 #include "encoding/rotary.hpp"
+#include "encoding/shaw.hpp"
+#include "encoding/transformer_xl.hpp"
 
 // Attention.
