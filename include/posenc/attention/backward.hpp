@@ -90,7 +90,7 @@ void attention_head_backward(const Policy& policy, Index b, Index h, const atten
     if constexpr (Policy::has_score_term) hs.backward_score(pos, q_raw, ds, dq_t, grad);
     dq.row(i) = dq_t;
   }
-  if constexpr (Policy::transforms_keys) hs.backward_keys(dkt);
+  if constexpr (Policy::transforms_keys) hs.backward_keys(dkt, grad);
   dk += dkt;
 }
 

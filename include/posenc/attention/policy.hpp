@@ -61,8 +61,9 @@
 ///            to dq (the raw query's gradient) and accumulate parameter gradients
 ///     void backward_query(Index pos, Eigen::Ref<drow> dq, G&) const;     transforms_queries:
 ///            dq holds dL/dq'_i on entry, dL/dq_i on exit (the transposed Jacobian)
-///     void backward_keys(Eigen::Ref<dmatrix> dk) const;                   transforms_keys:
-///            same for keys, on all rows of the head at once
+///     void backward_keys(Eigen::Ref<dmatrix> dk, G&) const;               transforms_keys:
+///            same for keys, on all rows of the head at once (learned key-transform
+///            parameters accumulate into G)
 ///
 /// Gradient accumulation is additive: zero the gradient object before a fresh backward.
 /// The backward entry points call `policy.check_gradient(grad)` first, so a policy whose
@@ -137,7 +138,8 @@ struct head_base {
                       Grad& /*grad*/) noexcept {}
   template <class Grad>
   void backward_query(Index /*pos*/, Eigen::Ref<drow> /*dq*/, Grad& /*grad*/) const noexcept {}
-  void backward_keys(Eigen::Ref<dmatrix> /*dk*/) const noexcept {}
+  template <class Grad>
+  void backward_keys(Eigen::Ref<dmatrix> /*dk*/, Grad& /*grad*/) const noexcept {}
 };
 
 /// No positions at all: plain scaled dot-product attention (permutation-equivariant).
