@@ -188,9 +188,9 @@ inline void rope_config::validate() const {
       detail::fail(where, std::string(name) + ".size()", v.size(),
                    "must be rotary_dim/2 = " + std::to_string(half));
     for (std::size_t i = 0; i < v.size(); ++i)
-      detail::require(std::isfinite(v[i]) && v[i] > 0.0, where,
-                      std::string(name) + "[" + std::to_string(i) + "]", v[i],
-                      "must be finite and > 0");
+      if (!(std::isfinite(v[i]) && v[i] > 0.0))  // the name is built only on failure
+        detail::fail(where, std::string(name) + "[" + std::to_string(i) + "]", v[i],
+                     "must be finite and > 0");
   };
   if (!freq_factors.empty()) {
     detail::require(scaling != rope_scaling_type::longrope, where, "freq_factors.size()",
