@@ -2,6 +2,7 @@
 // configurations, numerics at long positions, and every error path.
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -233,6 +234,17 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
   POSENC_REQUIRE_ERROR(rope.apply(heads_view<const float>(q), posenc::view_bshd(ob.data(), 2, 3, 3, 8)),
                        "out.heads = 3");
   // the cache
+  {
+    posenc::rope_options bad;
+    bad.cache_limit = -1;
+    POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -1, 1e4, rope_pairing::half, bad), "cache_limit = -1");
+    bad.cache_limit = 0;
+    bad.max_len = -2;
+    POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -1, 1e4, rope_pairing::half, bad), "max_len = -2");
+    posenc::rope_cache<float> c(posenc::plain_rope_frequencies(8));
+    POSENC_REQUIRE_ERROR(c.reserve(std::numeric_limits<Index>::max() / 2), "the table size overflows");
+    POSENC_REQUIRE_ERROR(c.ensure(-1), "max_position = -1");
+  }
   POSENC_REQUIRE_ERROR(posenc::rope_cache<float>(posenc::plain_rope_frequencies(8), posenc::rope_precision::exact, -3),
                        "max_len = -3");
   // multi-axis

@@ -141,6 +141,20 @@ TEST_CASE("rotary: the cache grows on demand and equals on-the-fly bit for bit",
     CHECK(a.cache().size() >= 131073);
     CHECK(b.cache().size() == 0);
   }
+  // a far position id beyond the cache limit is computed on the fly, not cached
+  {
+    posenc::rope_options small, fly;
+    small.cache_limit = 64;
+    fly.cache = posenc::rope_cache_mode::on_the_fly;
+    rotary_embedding<float> a(32, -1, 1e4, rope_pairing::interleaved, small);
+    rotary_embedding<float> b(32, -1, 1e4, rope_pairing::interleaved, fly);
+    const auto x = random_matrix<float>(4, 32, 72);
+    const std::vector<Index> ids{0, 1000000000, 63, 64};
+    CHECK(same_bits(a.rotated(x, ids), b.rotated(x, ids)));
+    CHECK(a.cache().size() == 64);
+    CHECK(same_bits(a.rotated(x, 1LL << 40), b.rotated(x, 1LL << 40)));
+    CHECK(a.cache().size() == 64);
+  }
   // the cache's rows are what rope_row computes
   posenc::rope_cache<double> cache(posenc::plain_rope_frequencies(8), posenc::rope_precision::exact, 4);
   cache.ensure(10);

@@ -126,6 +126,8 @@ class rope_cache {
     detail::require(max_len >= 0, "rope_cache::reserve", "max_len", max_len, "must be >= 0");
     if (max_len <= size_) return;
     const Index p = pairs();
+    detail::require(p == 0 || max_len <= std::numeric_limits<Index>::max() / (4 * p),
+                    "rope_cache::reserve", "max_len", max_len, "the table size overflows");
     const auto total = static_cast<std::size_t>(max_len * p);
     const bool xpos = freqs_.has_xpos();
     cos_q_.resize(total);

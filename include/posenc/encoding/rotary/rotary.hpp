@@ -31,6 +31,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -63,6 +64,10 @@ struct rope_options {
   rope_precision precision = rope_precision::exact;  ///< see cache.hpp
   rope_cache_mode cache = rope_cache_mode::cached;
   Index max_len = 0;  ///< positions to precompute up front (cached mode)
+  /// The cache grows on demand up to this many positions (default 262144: 128 MiB for
+  /// float and r = 128); rows of positions beyond it are computed on the fly, with
+  /// identical results, so a far-away position id never allocates a huge table.
+  Index cache_limit = Index(1) << 18;
 };
 
 /// The positions of the tokens of one apply call: a start offset, or position ids.
@@ -133,6 +138,8 @@ class rotary_embedding {
                     "rotary_embedding", "pairing", static_cast<int>(pairing), "unknown pairing");
     detail::require(options.max_len >= 0, "rotary_embedding", "max_len", options.max_len,
                     "must be >= 0");
+    detail::require(options.cache_limit >= 0, "rotary_embedding", "cache_limit",
+                    options.cache_limit, "must be >= 0");
     cache_ = rope_cache<Scalar>(std::move(freqs), options.precision,
                                 options.cache == rope_cache_mode::cached ? options.max_len : 0);
   }
@@ -367,13 +374,18 @@ class rotary_embedding {
     if (max_pos < 0 || batch == 0) return;
 
     const bool cached = options_.cache == rope_cache_mode::cached;
-    if (cached) cache_.ensure(max_pos);
+    if (cached && max_pos >= cache_.size() && cache_.size() < options_.cache_limit) {
+      // grow geometrically (amortised O(1) rows per decoded token), never past the limit
+      const Index doubled = cache_.size() > options_.cache_limit / 2 ? options_.cache_limit
+                                                                      : 2 * cache_.size();
+      cache_.reserve(std::min(options_.cache_limit, std::max(max_pos + 1, doubled)));
+    }
     const rope_frequencies& f = cache_.frequencies();
     const Index pairs = cache_.pairs();
     const bool xpos = f.has_xpos();
     bool any_key = false;
     for (int j = 0; j < count; ++j) any_key = any_key || jobs[j].role == rope_role::key;
-    std::vector<Scalar> scratch(cached ? 0 : static_cast<std::size_t>(4 * pairs));
+    std::vector<Scalar> scratch(static_cast<std::size_t>(4 * pairs));
 
     backend::rope_token<Scalar> t;
     t.head_dim = head_dim_;
@@ -390,7 +402,7 @@ class rotary_embedding {
                         : shared_ids         ? positions.ids()[l]
                                              : positions.ids()[b * seq + l];
         const Scalar *cq, *sq, *ck, *sk;
-        if (cached) {
+        if (cached && n < cache_.size()) {
           cq = cache_.cos(n, rope_role::query);
           sq = cache_.sin(n, rope_role::query);
           ck = cache_.cos(n, rope_role::key);
