@@ -62,5 +62,8 @@ std::string help_text(const command& cmd);
 command sinusoidal_command();
 command learned_command();
 command rope_command();
+command bias_alibi_command();
+command bias_t5_command();
+command attention_command();
 
 }  // namespace posenc_cli
