@@ -1,0 +1,90 @@
+// The reference attention kernel with each position scheme, next to a baseline measured in
+// the same run: the two Eigen float matrix products of the same shapes (S = Q·Kᵀ [L, L],
+// O = S·V [L, d]), i.e. the work any attention has to do, without softmax or positions.
+//
+// Arguments: L (queries = keys), d (head dim), causal (0/1). One head, float32 inputs.
+// Counters: GFLOP/s counts 4·L²·d (the two products in full, causal or not), so the rates
+// of the kernel and of the baseline compare directly.
+
+#include <benchmark/benchmark.h>
+
+#include <posenc/attention.hpp>
+
+#include <cstdint>
+
+namespace {
+
+using posenc::Index;
+using fmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+fmat random_input(Index rows, Index cols, std::uint64_t seed) {
+  std::uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+  fmat m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    m.data()[i] = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return m;
+}
+
+void set_counters(benchmark::State& state, Index L, Index d) {
+  const double flops = 4.0 * static_cast<double>(L) * static_cast<double>(L) * static_cast<double>(d);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_eigen_gemm_baseline(benchmark::State& state) {
+  const Index L = state.range(0), d = state.range(1);
+  const fmat q = random_input(L, d, 1), k = random_input(L, d, 2), v = random_input(L, d, 3);
+  fmat s(L, L), o(L, d);
+  for (auto _ : state) {
+    s.noalias() = q * k.transpose();
+    o.noalias() = s * v;
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, L, d);
+  state.SetLabel("eigen float GEMMs");
+}
+
+enum class scheme { none, alibi, t5, rope, absolute };
+
+template <scheme S>
+void BM_attention(benchmark::State& state) {
+  const Index L = state.range(0), d = state.range(1);
+  const fmat q = random_input(L, d, 1), k = random_input(L, d, 2), v = random_input(L, d, 3);
+  posenc::attention_options opt;
+  opt.mask.causal = state.range(2) != 0;
+  auto run = [&](const auto& policy) {
+    for (auto _ : state) {
+      auto out = posenc::attention(q, k, v, opt, policy);
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    }
+  };
+  if constexpr (S == scheme::none) run(posenc::no_position{});
+  if constexpr (S == scheme::alibi) run(posenc::alibi_policy(8).only_head(3));
+  if constexpr (S == scheme::t5) {
+    opt.scale = 1.0;
+    run(posenc::t5_bias_policy(random_input(32, 1, 4), {32, 128, !opt.mask.causal}));
+  }
+  if constexpr (S == scheme::rope) run(posenc::rotary_policy(d));
+  if constexpr (S == scheme::absolute) run(posenc::absolute_policy(random_input(L, d, 5)));
+  set_counters(state, L, d);
+  state.SetLabel(posenc::default_backend::name());
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  b->ArgsProduct({{128, 512, 2048}, {64, 128}, {0, 1}})->ArgNames({"L", "d", "causal"})->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_eigen_gemm_baseline)->ArgsProduct({{128, 512, 2048}, {64, 128}})->ArgNames({"L", "d"})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_attention, scheme::none)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, scheme::alibi)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, scheme::t5)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, scheme::rope)->Apply(shapes);
+BENCHMARK_TEMPLATE(BM_attention, scheme::absolute)->Apply(shapes);
+
+}  // namespace
+
+BENCHMARK_MAIN();
