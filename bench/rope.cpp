@@ -65,15 +65,15 @@ void rope_qk(benchmark::State& state, posenc::rope_pairing pairing, posenc::rope
 
 }  // namespace
 
-BENCHMARK(copy_qk)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(copy_qk)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, half_cached, posenc::rope_pairing::half, posenc::rope_cache_mode::cached)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, half_on_the_fly, posenc::rope_pairing::half, posenc::rope_cache_mode::on_the_fly)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, interleaved_cached, posenc::rope_pairing::interleaved, posenc::rope_cache_mode::cached)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, interleaved_on_the_fly, posenc::rope_pairing::interleaved,
                   posenc::rope_cache_mode::on_the_fly)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
