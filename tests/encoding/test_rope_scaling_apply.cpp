@@ -24,6 +24,13 @@ posenc::io::matrix<T> load(const std::string& name) {
   return posenc::io::read_npy_matrix<T>(std::string(POSENC_TEST_DATA_DIR) + "/rope_scaling_" + name + ".npy");
 }
 
+// Positions reach 131071: a cached embedding would fill 131072 rows of cos/sin per object.
+posenc::rope_options on_the_fly() {
+  posenc::rope_options o;
+  o.cache = posenc::rope_cache_mode::on_the_fly;
+  return o;
+}
+
 std::vector<Index> positions(const std::string& model) {
   const auto p = load<std::int64_t>("apply_" + model + "_pos");
   return std::vector<Index>(p.data(), p.data() + p.size());
@@ -41,11 +48,11 @@ void check_apply(const rope_config& config, Index seq_len, const std::string& mo
     REQUIRE(x.rows() == static_cast<Index>(pos.size()));
     const posenc::rope_role role = which[0] == 'q' ? posenc::rope_role::query : posenc::rope_role::key;
 
-    posenc::rotary_embedding<double> rope(config, seq_len);
+    posenc::rotary_embedding<double> rope(config, seq_len, on_the_fly());
     const auto y = rope.rotated(x, pos, role);
     CHECK(posenc_test::max_abs_diff(y, ref) < 1e-12);
 
-    posenc::rotary_embedding<float> ropef(config, seq_len);
+    posenc::rotary_embedding<float> ropef(config, seq_len, on_the_fly());
     const posenc::io::matrix<float> xf = x.cast<float>();
     const auto yf = ropef.rotated(xf, pos, role);
     // float32 input rounding alone is ~6e-8; the angles are not rounded to float32.
@@ -75,7 +82,7 @@ TEST_CASE("scaled RoPE end to end: Qwen2 YaRN (attention factor applied once)",
   check_apply(c, 131072, "qwen2_yarn");
   // Applied once: the rotated norm is the input norm times the factor, not its square.
   const auto x = load<double>("apply_qwen2_yarn_q");
-  posenc::rotary_embedding<double> rope(c, 131072);
+  posenc::rotary_embedding<double> rope(c, 131072, on_the_fly());
   const auto y = rope.rotated(x, positions("qwen2_yarn"));
   const double a = 0.1 * std::log(4.0) + 1.0;
   for (Index i = 0; i < x.rows(); ++i) CHECK(std::abs(y.row(i).norm() - a * x.row(i).norm()) < 1e-12);
