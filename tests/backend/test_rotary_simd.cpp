@@ -32,7 +32,8 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
   const std::vector<T> x0 = posenc_test::random_values<T>(n, 11);
   const std::vector<T> cs = posenc_test::random_values<T>(static_cast<std::size_t>(2 * pairs), 12);
   std::vector<T> xa = x0, xb = x0;
-  std::vector<T> ya = posenc_test::random_values<T>(n, 13), yb = ya;
+  const std::vector<T> y0 = posenc_test::random_values<T>(n, 13);
+  std::vector<T> ya = y0, yb = y0;
 
   auto token = [&](std::vector<T>& x, std::vector<T>& y) {
     be::rope_token<T> t;
@@ -60,16 +61,15 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
   CHECK(xa == xb);
   CHECK(ya == yb);
   // the rotation really happened, and the partial-rotary tail / gaps kept their bits
-  const std::vector<T>& got = in_place ? xa : ya;
-  const std::vector<T>& before = in_place ? x0 : ya;
-  (void)before;
-  CHECK(got != (in_place ? x0 : std::vector<T>(n, T(0))));
+  CHECK((in_place ? xa != x0 : ya != y0));
+  bool tail_kept = true;
   if (in_place)
     for (Index h = 0; h < rc.heads; ++h)
       for (Index d = rc.rotary_dim; d < hs; ++d) {
         const std::size_t k = static_cast<std::size_t>((h * hs + d) * ds);
-        REQUIRE(xa[k] == x0[k]);
+        tail_kept = tail_kept && xa[k] == x0[k];
       }
+  CHECK(tail_kept);
 }
 
 }  // namespace
@@ -112,8 +112,10 @@ TEST_CASE("rotary_embedding with a SIMD backend equals the scalar backend", "[ba
           posenc::rotary_embedding<float, be::scalar> ref(D, r, 10000.0, pairing, opt);
           std::vector<float> a = posenc_test::random_values<float>(static_cast<std::size_t>(Bn * L * H * D), 3);
           std::vector<float> b = a, c = a, d = a;
-          fast.apply(posenc::view_bshd(a.data(), Bn, L, H, D), Index{1'000'000});
-          ref.apply(posenc::view_bshd(b.data(), Bn, L, H, D), Index{1'000'000});
+          // far positions only on the fly (a cache would hold every row up to them)
+          const Index far = mode == posenc::rope_cache_mode::cached ? 1000 : 1'000'000;
+          fast.apply(posenc::view_bshd(a.data(), Bn, L, H, D), far);
+          ref.apply(posenc::view_bshd(b.data(), Bn, L, H, D), far);
           fast.apply(posenc::view_bhsd(c.data(), Bn, H, L, D), Index{7});
           ref.apply(posenc::view_bhsd(d.data(), Bn, H, L, D), Index{7});
           INFO(B::name() << " " << posenc::to_string(pairing) << " r " << r

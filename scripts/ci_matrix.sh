@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# CI matrix, run by .ci/run after the README test command (g++, baseline x86-64 flags).
+# Each configuration builds the tests (no benchmarks, no examples unless noted) and runs them:
+#
+#   v3     g++      -march=x86-64-v3   AVX2 + FMA backend
+#   v4     g++      -march=x86-64-v4   AVX-512 backend
+#   clang  clang++  -march=x86-64-v3   the second compiler, on the AVX2 kernels (also builds
+#                                      the examples, so the CLI is compiled by both compilers)
+#   arm64  aarch64-linux-gnu-g++ (cmake/toolchain-aarch64.cmake), NEON backend, the tests
+#          executed under qemu-aarch64
+#
+# Each SIMD configuration tells the tests which backend its flags must select
+# (POSENC_TEST_EXPECTED_BACKEND), so a build that silently fell back to scalar fails.
+# The python reference checks and the install/consumer tests do not depend on the flags;
+# the README command runs them, so they are skipped here.
+#
+# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 clang arm64)
+# Needs: POSENC_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user clang" scripts/install_deps.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs="$(nproc)"
+root="${CI_MATRIX_DIR:-build/ci}"
+configs=("$@")
+((${#configs[@]})) || configs=(v3 v4 clang arm64)
+
+# Tests only, optimised but without debug info (faster to build); asserts stay on.
+common=(-G Ninja -DCMAKE_BUILD_TYPE=CI -DPOSENC_WARNINGS_AS_ERRORS=ON
+        -DPOSENC_BUILD_TESTS=ON -DPOSENC_BUILD_BENCHMARKS=OFF -DPOSENC_BUILD_EXAMPLES=OFF
+        -DPOSENC_INSTALL=OFF)
+skip='^(reference_|consumer_)'
+
+summary=()
+run_config() {
+  local name="$1"
+  shift
+  local dir="$root/$name" start=$SECONDS
+  echo "== ci_matrix: $name"
+  cmake -S . -B "$dir" "${common[@]}" "$@"
+  local built=$SECONDS
+  cmake --build "$dir" -j "$jobs"
+  local tested=$SECONDS
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -E "$skip"
+  summary+=("$(printf '%-6s build %4d s  tests %4d s  total %4d s' "$name" \
+    $((tested - built)) $((SECONDS - tested)) $((SECONDS - start)))")
+}
+
+for c in "${configs[@]}"; do
+  case "$c" in
+    v3) run_config v3 -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
+          -DPOSENC_TEST_EXPECTED_BACKEND=avx2 ;;
+    v4) run_config v4 -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v4" \
+          -DPOSENC_TEST_EXPECTED_BACKEND=avx512 ;;
+    # clang also builds the examples (the CLI tests run), as the README build does with g++
+    clang) run_config clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
+          -DPOSENC_TEST_EXPECTED_BACKEND=avx2 -DPOSENC_BUILD_EXAMPLES=ON ;;
+    arm64) run_config arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
+          -DCMAKE_CXX_FLAGS_CI="-O2" -DPOSENC_PYTHON= -DPOSENC_TEST_EXPECTED_BACKEND=neon ;;
+    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 clang arm64)" >&2; exit 2 ;;
+  esac
+done
+
+echo "== ci_matrix timings"
+printf '%s\n' "${summary[@]}"
