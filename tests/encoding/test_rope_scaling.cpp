@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <utility>
@@ -515,6 +517,18 @@ TEST_CASE("rope_config from a config.json text", "[rotary][scaling][hf][json]") 
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": \"128\"}"), "head_dim = <not a number>");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json_file("/nonexistent/config.json"),
                        "path = /nonexistent/config.json");
+
+  // The file reader: a Qwen2-style config.json written to the test tmp dir.
+  const std::string path = std::string(POSENC_TEST_TMP_DIR) + "/rope_scaling_qwen2_config.json";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "{\n  \"hidden_size\": 3584,\n  \"num_attention_heads\": 28,\n"
+           "  \"max_position_embeddings\": 32768,\n  \"rope_theta\": 1000000.0,\n"
+           "  \"rope_scaling\": {\"factor\": 4.0, \"original_max_position_embeddings\": 32768,"
+           " \"type\": \"yarn\"}\n}\n";
+  }
+  check_golden(posenc::rope_config_from_hf_json_file(path).frequencies(), "qwen2_yarn");
+  std::remove(path.c_str());
 }
 
 TEST_CASE("rope_config from llama.cpp / GGUF parameters equals the Hugging Face one",
