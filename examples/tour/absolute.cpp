@@ -3,7 +3,8 @@
 //   1. attention without positions is permutation-equivariant, with sinusoidal positions not;
 //   2. the sinusoidal table as a heatmap;  3. a few of its dimensions as waves;
 //   4. the cosine similarity of positions; 5. PE(p).PE(p+k) against the offset k;
-//   6. a learned table next to the sinusoidal one;  plus the classic 10 x 6 table.
+//   6. a learned table next to the sinusoidal one;  plus the classic 10 x 6 table and the
+//   sqrt(d) scaling of token embeddings.
 
 #include <algorithm>
 #include <cmath>
@@ -286,6 +287,26 @@ void sinusoidal_table(tour_context& ctx) {
                      rot_err));
 }
 
+// The input of the first layer, sqrt(d) E + PE (Vaswani et al., section 3.4): with token
+// embeddings initialised N(0, 1/d), as the paper's shared embedding is, the sqrt(d) factor
+// brings them to the scale of PE instead of letting PE drown them.
+void scaled_embeddings(tour_context& ctx) {
+  const Index len = 10, d = 64;
+  const posenc::sinusoidal<double> enc(d);
+  posenc::random_generator gen(11);
+  const dmatrix e = random_normal(len, d, 1 / std::sqrt(double(d)), gen);
+  dmatrix plain = e, scaled = e;
+  enc.add_to(plain);
+  enc.add_to(scaled, 0, posenc::embedding_scale::sqrt_dim);
+  const dmatrix pe = enc.table(len);
+  const double dev = std::max(max_abs(plain, e + pe), max_abs(scaled, std::sqrt(double(d)) * e + pe));
+  ctx.check(dev <= 1e-12, format("add_to gives E + PE and sqrt(d) E + PE (max deviation %.1e)", dev));
+  const double n_e = e.rowwise().norm().mean(), n_pe = pe.rowwise().norm().mean();
+  ctx.finding(format("embedding scale (d = %lld): token embeddings N(0, 1/d) have mean norm %.2f, PE rows "
+                     "%.2f = sqrt(d/2); sqrt(d) E has %.2f, so input = sqrt(d) E + PE keeps both visible",
+                     static_cast<long long>(d), n_e, n_pe, std::sqrt(double(d)) * n_e));
+}
+
 // 6. A learned table next to the sinusoidal one.
 void learned_vs_sinusoidal(tour_context& ctx) {
   const Index len = 100, d = 128;
@@ -345,6 +366,7 @@ void section_absolute(tour_context& ctx) {
   classic_table(ctx);
   permutation(ctx);
   sinusoidal_table(ctx);
+  scaled_embeddings(ctx);
   learned_vs_sinusoidal(ctx);
 }
 
