@@ -80,7 +80,7 @@ TEST_CASE("SIMD RoPE rotation matches the scalar kernel bit for bit", "[backend]
       {64, 64, 2, false},    {72, 72, 3, false},   {72, 72, 3, true},    {80, 80, 2, false},
       {96, 96, 2, true},     {256, 64, 2, true},   {2, 2, 5, false},     {2, 2, 5, true},
       {10, 6, 3, false},     {10, 6, 3, true},     {34, 34, 1, false},   {34, 34, 1, true},
-      {128, 24, 2, false},   {130, 130, 2, true}};
+      {128, 24, 2, false},   {130, 130, 2, true},   {1030, 1030, 2, true},  {1030, 1030, 2, false}};
   int tested = 0;
   posenc_test::for_each_simd_backend([&](auto tag) {
     using B = decltype(tag);

@@ -6,9 +6,9 @@
 /// rounded, then the sum: bit-identical to the scalar kernel when the compiler does not
 /// contract the scalar expression into an FMA).
 ///
-/// Loop order: packet chunks of pairs outside, heads inside, so each chunk's cos/sin
-/// packets are loaded (or, for the interleaved pairing, expanded) once per token and reused
-/// by every head.
+/// Loop order: heads outside, packet chunks inside, so each head is streamed in memory
+/// order; the token's cos/sin (for the interleaved pairing expanded once per token) stay in
+/// L1 and are reused by every head.
 ///
 ///     half         chunk i: a = x[i .. i+W), b = x[i+r/2 .. i+r/2+W), c, s = cos/sin[i .. i+W)
 ///                  y_a = a c - b s,  y_b = b c + a s
@@ -25,6 +25,10 @@
 namespace posenc {
 namespace simd {
 
+/// Interleaved cos/sin of up to this many rotary dims are expanded once per token on the
+/// stack ([c0 c0 c1 c1 ...], [-s0 s0 -s1 s1 ...]); wider rotations expand per chunk.
+inline constexpr Index rope_stack_dims = 1024;
+
 /// Rotates every head of one token with packet<T, Arch>; see backend::rope_rotate().
 template <class Arch, class T>
 void rope_rotate(const backend::rope_token<T>& t) noexcept {
@@ -36,58 +40,78 @@ void rope_rotate(const backend::rope_token<T>& t) noexcept {
   }
   const Index r = t.rotary_dim;
   const Index pairs = r / 2;
+  const T sgn = t.inverse ? T(-1) : T(1);  // exact: the inverse is sin negated
   if (t.pair_step == 1) {
     // half: pair i is (i, i + r/2); cos/sin load straight into packets
     const Index off = t.pair_offset;
-    const P sign = P::broadcast(t.inverse ? T(-1) : T(1));
-    for (Index i = 0; i < pairs; i += W) {
-      const int lanes = static_cast<int>(std::min<Index>(W, pairs - i));
-      const bool full = lanes == W;
-      const P c = full ? P::load(t.cos + i) : P::load_partial(t.cos + i, lanes);
-      const P s = sign * (full ? P::load(t.sin + i) : P::load_partial(t.sin + i, lanes));
-      // heads: this chunk's cos/sin serve all of them
-      for (Index h = 0; h < t.heads; ++h) {
-        const T* x = t.in + h * t.in_head_stride + i;
-        T* y = t.out + h * t.out_head_stride + i;
-        const P a = full ? P::load(x) : P::load_partial(x, lanes);
-        const P b = full ? P::load(x + off) : P::load_partial(x + off, lanes);
-        const P ya = a * c - b * s;
-        const P yb = b * c + a * s;
-        if (full) {
-          ya.store(y);
-          yb.store(y + off);
-        } else {
-          ya.store_partial(y, lanes);
-          yb.store_partial(y + off, lanes);
-        }
+    const P sign = P::broadcast(sgn);
+    // heads outermost: each head's dims are streamed in order (what the prefetchers like);
+    // the token's cos/sin stay in L1 across heads
+    for (Index h = 0; h < t.heads; ++h) {
+      const T* x = t.in + h * t.in_head_stride;
+      T* y = t.out + h * t.out_head_stride;
+      Index i = 0;
+      for (; i + W <= pairs; i += W) {
+        const P c = P::load(t.cos + i), s = sign * P::load(t.sin + i);
+        const P a = P::load(x + i), b = P::load(x + i + off);
+        (a * c - b * s).store(y + i);
+        (b * c + a * s).store(y + i + off);
+      }
+      if (i < pairs) {
+        const int lanes = static_cast<int>(pairs - i);
+        const P c = P::load_partial(t.cos + i, lanes);
+        const P s = sign * P::load_partial(t.sin + i, lanes);
+        const P a = P::load_partial(x + i, lanes), b = P::load_partial(x + i + off, lanes);
+        (a * c - b * s).store_partial(y + i, lanes);
+        (b * c + a * s).store_partial(y + i + off, lanes);
+      }
+    }
+  } else if (r <= rope_stack_dims) {
+    // interleaved: pair i is (2i, 2i + 1): y = x c + swap_pairs(x) s with the token's
+    // cos/sin expanded once to [c0 c0 c1 c1 ...] and [-s0 s0 -s1 s1 ...]
+    alignas(64) T cb[rope_stack_dims];
+    alignas(64) T sb[rope_stack_dims];
+    for (Index i = 0; i < pairs; ++i) {
+      const T c = t.cos[i], sn = sgn * t.sin[i];
+      cb[2 * i] = c;
+      cb[2 * i + 1] = c;
+      sb[2 * i] = -sn;
+      sb[2 * i + 1] = sn;
+    }
+    for (Index h = 0; h < t.heads; ++h) {
+      const T* x = t.in + h * t.in_head_stride;
+      T* y = t.out + h * t.out_head_stride;
+      Index e = 0;
+      for (; e + W <= r; e += W) {
+        const P v = P::load(x + e);
+        (v * P::load(cb + e) + swap_pairs(v) * P::load(sb + e)).store(y + e);
+      }
+      if (e < r) {
+        const int lanes = static_cast<int>(r - e);
+        const P v = P::load_partial(x + e, lanes);
+        (v * P::load_partial(cb + e, lanes) + swap_pairs(v) * P::load_partial(sb + e, lanes))
+            .store_partial(y + e, lanes);
       }
     }
   } else {
-    // interleaved: pair i is (2i, 2i + 1); expand cos/sin to [c c], [-s s] per chunk
-    const T sgn = t.inverse ? T(-1) : T(1);
+    // interleaved, very wide rotation: expand one chunk at a time, heads inside
     for (Index e = 0; e < r; e += W) {
       const int lanes = static_cast<int>(std::min<Index>(W, r - e));
       alignas(64) T cb[W] = {};
       alignas(64) T sb[W] = {};
       for (int k = 0; k < lanes / 2; ++k) {
-        const T c = t.cos[e / 2 + k];
-        const T s = sgn * t.sin[e / 2 + k];
+        const T c = t.cos[e / 2 + k], sn = sgn * t.sin[e / 2 + k];
         cb[2 * k] = c;
         cb[2 * k + 1] = c;
-        sb[2 * k] = -s;
-        sb[2 * k + 1] = s;
+        sb[2 * k] = -sn;
+        sb[2 * k + 1] = sn;
       }
       const P c = P::load(cb), s = P::load(sb);
-      const bool full = lanes == W;
       for (Index h = 0; h < t.heads; ++h) {
         const T* x = t.in + h * t.in_head_stride + e;
         T* y = t.out + h * t.out_head_stride + e;
-        const P v = full ? P::load(x) : P::load_partial(x, lanes);
-        const P out = v * c + swap_pairs(v) * s;
-        if (full)
-          out.store(y);
-        else
-          out.store_partial(y, lanes);
+        const P v = P::load_partial(x, lanes);
+        (v * c + swap_pairs(v) * s).store_partial(y, lanes);
       }
     }
   }
