@@ -12,6 +12,7 @@
 // File formats.
 #include "io/tensor.hpp"
 #include "io/npy.hpp"
+#include "io/safetensors.hpp"
 
 // Encodings.
 #include "encoding/rotary.hpp"

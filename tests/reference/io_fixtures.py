@@ -91,7 +91,7 @@ def safetensors_bytes(tensors, metadata=None):
 
 
 def st_entry(name, arr):
-    arr = np.ascontiguousarray(arr)
+    arr = np.array(arr, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
     return (name, ST_DTYPES[arr.dtype.newbyteorder("<") if arr.dtype.itemsize > 1 else arr.dtype],
             arr.shape, arr.astype(arr.dtype.newbyteorder("<")).tobytes())
 

@@ -355,7 +355,7 @@ void write_npy(const std::string& path, const Scalar* data, const std::vector<In
   posenc::detail::require(data != nullptr || n == 0, "io::write_npy", "data", "nullptr",
                           "a non-empty array needs data");
   std::vector<unsigned char> bytes = detail::npy_preamble(detail::npy_descr(t), shape);
-  detail::append_elements(bytes, data, n, t, "io::write_npy", path);
+  detail::append_elements(bytes, data, n, t, "io::write_npy", "path", path);
   detail::write_file(path, bytes, "io::write_npy");
 }
 

@@ -438,18 +438,19 @@ bool encode_element(dtype t, Scalar v, unsigned char* p) noexcept {
 }
 
 /// Product of `shape` checked for negative extents and for overflow of
-/// `product * item_size` bytes; throws posenc::error naming `where`, the path and the axis.
+/// `product * item_size` bytes; throws posenc::error "<where>: <param> = <path>: ..." naming
+/// the axis.
 inline Index checked_numel(const std::vector<Index>& shape, std::size_t item_size,
-                           const char* where, const std::string& path) {
+                           const char* where, const std::string& path, const char* param = "path") {
   const Index limit = std::numeric_limits<Index>::max() / static_cast<Index>(item_size);
   Index n = 1;
   for (std::size_t a = 0; a < shape.size(); ++a) {
     const Index e = shape[a];
     if (e < 0)
-      fail(where, "path", path, "shape[" + std::to_string(a) + "] = " + std::to_string(e) +
+      fail(where, param, path, "shape[" + std::to_string(a) + "] = " + std::to_string(e) +
                                     " is negative");
     if (e != 0 && n > limit / e)
-      fail(where, "path", path, "shape product overflows at axis " + std::to_string(a) +
+      fail(where, param, path, "shape product overflows at axis " + std::to_string(a) +
                                     " (extent " + std::to_string(e) + ")");
     n *= e;
   }
@@ -528,10 +529,10 @@ inline void write_file(const std::string& path, const std::vector<unsigned char>
 }
 
 /// Appends `n` Scalars encoded as dtype `t` to `bytes`; a value that does not convert is
-/// an error naming its index.
+/// an error "<where>: <param> = <value>: element i (v) does not convert to dtype t".
 template <class Scalar>
 void append_elements(std::vector<unsigned char>& bytes, const Scalar* data, Index n, dtype t,
-                     const char* where, const std::string& path) {
+                     const char* where, const char* param, const std::string& value) {
   const std::size_t w = dtype_size(t);
   const std::size_t start = bytes.size();
   bytes.resize(start + static_cast<std::size_t>(n) * w);
@@ -541,7 +542,7 @@ void append_elements(std::vector<unsigned char>& bytes, const Scalar* data, Inde
       os.precision(17);
       os << "element " << i << " (" << +data[i] << ") does not convert to dtype "
          << dtype_name(t);
-      fail(where, "path", path, os.str());
+      fail(where, param, value, os.str());
     }
   }
 }
