@@ -507,6 +507,21 @@ TEST_CASE("rope_config from a config.json text", "[rotary][scaling][hf][json]") 
                    .frequencies(),
                "qwen2_yarn");
 
+  // rope_parameters keyed by layer type (Gemma-3 style): pick one, else an error.
+  const std::string per_layer = R"({"head_dim": 128, "partial_rotary_factor": 1.0,
+    "rope_parameters": {
+      "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}})";
+  check_golden(posenc::rope_config_from_hf_json(per_layer, "full_attention").frequencies(), "linear");
+  const rope_config sliding = posenc::rope_config_from_hf_json(per_layer, "sliding_attention");
+  CHECK(sliding.resolved_rotary_dim() == 32);  // the dict's partial_rotary_factor wins
+  check_golden(sliding.frequencies(), "pythia");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(per_layer),
+                       "layer_type = <none>: rope parameters are given per layer type (full_attention, sliding_attention)");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(per_layer, "global"), "layer_type = global");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(R"({"head_dim": 128})", "full_attention"),
+                       "layer_type = full_attention");
+
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128,}"), "invalid JSON");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("[1, 2]"), "offset = 0");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128} x"), "trailing");

@@ -13,6 +13,7 @@
 ///
 /// Both map the same model to the same effective inv_freq and attention factor (tested).
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstddef>
@@ -98,8 +99,8 @@ T required(const std::optional<T>& v, std::string_view key, std::string_view why
 ///
 /// Read keys and how they map (everything else is ignored):
 /// - head dim: `head_dim`, else `hidden_size / num_attention_heads` (GPT-J: `n_embd / n_head`);
-/// - rotary dim: `rotary_dim` (GPT-J), else `int(head_dim * partial_rotary_factor)`
-///   (`rotary_pct` for GPT-NeoX / Pythia), default the whole head;
+/// - rotary dim: `rotary_dim` (GPT-J), else `int(head_dim * partial_rotary_factor)` (from the
+///   dict or the top level; `rotary_pct` for GPT-NeoX / Pythia), default the whole head;
 /// - base: `rope_theta` (`rotary_emb_base` for GPT-NeoX), default 10000;
 /// - pairing: interleaved for `model_type` "gptj" / "codegen" (their rotate_every_two),
 ///   half (rotate_half) otherwise;
@@ -136,7 +137,8 @@ inline rope_config rope_config_from_hf(const rope_params& config,
   if (auto rd = param_index(config, "rotary_dim")) {
     c.rotary_dim = *rd;
   } else {
-    std::optional<double> prf = param_number(config, "partial_rotary_factor");
+    std::optional<double> prf = param_number(rope_scaling, "partial_rotary_factor");
+    if (!prf) prf = param_number(config, "partial_rotary_factor");
     const char* prf_key = "partial_rotary_factor";
     if (!prf) {
       prf = param_number(config, "rotary_pct");
@@ -309,12 +311,15 @@ namespace detail {
 
 /// A minimal JSON reader for config.json: collects the scalar, string, boolean and
 /// number-list members of the top-level object and of one nested object (`rope_scaling`,
-/// or `rope_parameters` in newer configs); other values are parsed and skipped.
+/// or `rope_parameters` in newer configs, or its `layer_type` member when it is keyed by
+/// layer type); other values are parsed and skipped. `nested` receives the keys of the
+/// dict's members that are objects (the layer types).
 class hf_json_reader {
  public:
-  explicit hf_json_reader(std::string_view text) : s_(text) {}
+  hf_json_reader(std::string_view text, std::string_view layer_type)
+      : s_(text), layer_type_(layer_type) {}
 
-  void read(rope_params& top, rope_params& scaling) {
+  void read(rope_params& top, rope_params& scaling, std::vector<std::string>& nested) {
     ws();
     expect('{');
     ws();
@@ -329,7 +334,7 @@ class hf_json_reader {
       expect(':');
       ws();
       if ((key == "rope_scaling" || key == "rope_parameters") && peek() == '{') {
-        object_into(scaling);
+        object_into(scaling, &nested);
       } else {
         value_into(top, key);
       }
@@ -347,6 +352,7 @@ class hf_json_reader {
 
  private:
   std::string_view s_;
+  std::string_view layer_type_;
   std::size_t i_ = 0;
   int depth_ = 0;
 
@@ -406,7 +412,9 @@ class hf_json_reader {
     if (end != token.c_str() + token.size()) error("bad number '" + token + "'");
     return v;
   }
-  void object_into(rope_params& out) {
+  // Members of an object into `out`; with `nested`, a member object named like the layer type
+  // is read into `out` too, and the names of all member objects are recorded.
+  void object_into(rope_params& out, std::vector<std::string>* nested = nullptr) {
     expect('{');
     ws();
     if (peek() == '}') {
@@ -419,7 +427,15 @@ class hf_json_reader {
       ws();
       expect(':');
       ws();
-      value_into(out, key);
+      if (nested && peek() == '{') {
+        nested->push_back(key);
+        if (!layer_type_.empty() && key == layer_type_)
+          object_into(out);
+        else
+          skip_container();
+      } else {
+        value_into(out, key);
+      }
       ws();
       if (peek() == ',') {
         ++i_;
@@ -524,22 +540,37 @@ class hf_json_reader {
 }  // namespace detail
 
 /// rope_config_from_hf() on the text of a Hugging Face config.json (its top-level members and
-/// its `rope_scaling` or `rope_parameters` object). Throws posenc::error for invalid JSON
-/// (naming the offset) and everything rope_config_from_hf() rejects.
-inline rope_config rope_config_from_hf_json(std::string_view json_text) {
+/// its `rope_scaling` or `rope_parameters` object). Configs whose `rope_parameters` is keyed
+/// by layer type (e.g. "full_attention" / "sliding_attention") need `layer_type` to pick one.
+/// Throws posenc::error for invalid JSON (naming the offset), a per-layer-type dict without
+/// (or without the given) `layer_type`, and everything rope_config_from_hf() rejects.
+inline rope_config rope_config_from_hf_json(std::string_view json_text,
+                                            std::string_view layer_type = {}) {
   rope_params top, scaling;
-  detail::hf_json_reader(json_text).read(top, scaling);
+  std::vector<std::string> nested;
+  detail::hf_json_reader(json_text, layer_type).read(top, scaling, nested);
+  const bool found = std::find(nested.begin(), nested.end(), layer_type) != nested.end();
+  if (!layer_type.empty() && !found)
+    detail::fail("rope_config_from_hf_json", "layer_type", std::string(layer_type),
+                 "not a member of rope_parameters / rope_scaling");
+  if (layer_type.empty() && !nested.empty()) {
+    std::string names;
+    for (const auto& n : nested) names += (names.empty() ? "" : ", ") + n;
+    detail::fail("rope_config_from_hf_json", "layer_type", "<none>",
+                 "rope parameters are given per layer type (" + names + "): pick one");
+  }
   return rope_config_from_hf(top, scaling);
 }
 
 /// rope_config_from_hf_json() on a file; posenc::error naming the path if it cannot be read.
-inline rope_config rope_config_from_hf_json_file(const std::string& path) {
+inline rope_config rope_config_from_hf_json_file(const std::string& path,
+                                                 std::string_view layer_type = {}) {
   std::ifstream in(path, std::ios::binary);
   detail::require(static_cast<bool>(in), "rope_config_from_hf_json_file", "path", path,
                   "cannot be opened");
   std::ostringstream ss;
   ss << in.rdbuf();
-  return rope_config_from_hf_json(ss.str());
+  return rope_config_from_hf_json(ss.str(), layer_type);
 }
 
 }  // namespace posenc
