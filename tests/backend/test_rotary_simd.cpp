@@ -2,7 +2,6 @@
 // inverse, in place and out of place, strided heads, odd chunk tails; bit for bit (this
 // target is built with -ffp-contract=off, so the scalar kernel rounds each product too).
 #include <posenc/backend/avx2/rotary.hpp>
-#include <posenc/backend/avx512/rotary.hpp>
 #include <posenc/backend/neon/rotary.hpp>
 #include <posenc/encoding/rotary/rotary.hpp>
 
