@@ -26,12 +26,13 @@ namespace posenc_plot {
 /// `Eigen::Ref<const matrix>`, e.g. `table.cast<double>()`.
 using matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+/// The fixed colours of every picture.
 namespace colors {
-inline constexpr rgb white{255, 255, 255};
-inline constexpr rgb black{0, 0, 0};
-inline constexpr rgb text{30, 30, 30};
-inline constexpr rgb axis{70, 70, 70};
-inline constexpr rgb grid{225, 225, 225};
+inline constexpr rgb white{255, 255, 255};    ///< background
+inline constexpr rgb black{0, 0, 0};          ///< annotations on light cells
+inline constexpr rgb text{30, 30, 30};        ///< titles, labels, tick labels
+inline constexpr rgb axis{70, 70, 70};        ///< frames and tick marks
+inline constexpr rgb grid{225, 225, 225};     ///< grid lines, legend frame
 inline constexpr rgb missing{200, 200, 200};  ///< NaN cells
 }  // namespace colors
 
@@ -51,7 +52,8 @@ rgb map_color(colormap cmap, double t) noexcept;
 
 /// A closed value interval [lo, hi] mapped onto a colour map.
 struct value_range {
-  double lo = 0, hi = 1;
+  double lo = 0;  ///< maps to the first colour of the map
+  double hi = 1;  ///< maps to the last
 };
 
 /// The range of the finite values of `m`: [min, max], or [-a, a] with a = max |v| for the
@@ -62,6 +64,7 @@ value_range auto_range(const Eigen::Ref<const matrix>& m, colormap cmap);
 // ---------------------------------------------------------------------------------------
 // Text and shapes
 
+/// Horizontal alignment of text relative to its anchor point.
 enum class align { left, center, right };
 
 /// Width in pixels of `s` drawn at integer `scale` (each font pixel becomes scale x scale).
@@ -89,8 +92,9 @@ std::string format_tick(double value, double step);
 // ---------------------------------------------------------------------------------------
 // Heatmaps
 
+/// Everything a heatmap can show; defaults give an untitled viridis map with a colour bar.
 struct heatmap_options {
-  std::string title;
+  std::string title;        ///< bold, above the plot
   std::string x_label;      ///< below the x axis (columns)
   std::string y_label;      ///< left of the y axis (rows)
   std::string value_label;  ///< beside the colour bar
@@ -139,6 +143,7 @@ image heatmap_grid(const std::vector<panel>& panels, int columns, scale s,
 // ---------------------------------------------------------------------------------------
 // Line plots
 
+/// The symbol drawn at each point of a series.
 enum class marker { none, circle, square };
 
 /// One curve: points (xs[i], ys[i]) joined in order; a NaN in ys breaks the line.
@@ -152,13 +157,16 @@ struct series {
   double marker_size = 3.5;  ///< radius in pixels
 };
 
+/// Axes, labels and size of a line plot.
 struct line_options {
-  std::string title, x_label, y_label;
+  std::string title;    ///< bold, above the plot
+  std::string x_label;  ///< below the x axis
+  std::string y_label;  ///< left of the y axis, reading upwards
   std::optional<double> x_min, x_max, y_min, y_max;  ///< default: the data, plus a margin
   bool legend = true;  ///< drawn to the right of the plot area
   bool grid = true;
   int width = 600, height = 380;  ///< the plot area in pixels
-  int text_scale = 2;
+  int text_scale = 2;  ///< font scale of ticks and labels
 };
 
 /// Curves on shared axes with ticks, grid and a legend. Throws std::invalid_argument when

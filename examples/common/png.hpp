@@ -9,7 +9,9 @@ namespace posenc_plot {
 
 /// An sRGB colour, 8 bits per channel.
 struct rgb {
-  std::uint8_t r = 0, g = 0, b = 0;
+  std::uint8_t r = 0;  ///< red
+  std::uint8_t g = 0;  ///< green
+  std::uint8_t b = 0;  ///< blue
   friend bool operator==(rgb a, rgb b) { return a.r == b.r && a.g == b.g && a.b == b.b; }
   friend bool operator!=(rgb a, rgb b) { return !(a == b); }
 };
@@ -19,12 +21,14 @@ struct rgb {
 /// never has to bounds-check; reads outside it are an error (std::out_of_range).
 class image {
  public:
+  /// A 0 x 0 image.
   image() = default;
-  /// Throws std::invalid_argument for a negative size.
+  /// A width x height image filled with `fill`. Throws std::invalid_argument for a negative size.
   image(int width, int height, rgb fill = {255, 255, 255});
 
-  int width() const noexcept { return width_; }
-  int height() const noexcept { return height_; }
+  int width() const noexcept { return width_; }    ///< pixels per row
+  int height() const noexcept { return height_; }  ///< rows
+  /// True for a 0 x 0 (or 0-wide / 0-high) image, which write_png refuses.
   bool empty() const noexcept { return width_ == 0 || height_ == 0; }
   /// The pixels, row-major RGB (what a PNG encoder takes).
   const std::uint8_t* data() const noexcept { return pixels_.data(); }
@@ -44,6 +48,7 @@ class image {
 
   /// Restricts later writes to [x, x + w) x [y, y + h) until reset_clip().
   void set_clip(int x, int y, int w, int h) noexcept;
+  /// Makes the whole image writable again.
   void reset_clip() noexcept;
 
  private:
