@@ -62,6 +62,7 @@ namespace {
 const tour::section sections[] = {
     {"absolute", "Absolute positions: sinusoidal and learned tables", tour::section_absolute},
     {"rotary", "Rotary embeddings: the relative property and the scalings' frequencies", tour::section_rotary},
+    {"attention", "Attention: one sentence under every position scheme", tour::section_attention},
 };
 
 // index.md: the findings and pictures of this run, readable on any Markdown viewer.

@@ -61,4 +61,8 @@ void section_absolute(tour_context& ctx);
 /// the effective frequency spectrum of every scaling.
 void section_rotary(tour_context& ctx);
 
+/// attention.cpp: attention weights of one sentence with no positions, sinusoidal, RoPE,
+/// ALiBi and T5 side by side; ALiBi and T5 biases as matrices.
+void section_attention(tour_context& ctx);
+
 }  // namespace tour
