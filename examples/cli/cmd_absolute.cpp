@@ -1,0 +1,123 @@
+// `posenc sinusoidal` and `posenc learned`: absolute-encoding tables as .npy files.
+
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <string>
+
+#include <posenc/encoding/learned.hpp>
+#include <posenc/encoding/sinusoidal.hpp>
+#include <posenc/io/npy.hpp>
+
+#include "cli.hpp"
+
+namespace posenc_cli {
+namespace {
+
+// Refuse tables whose element count would overflow or exhaust memory outright.
+constexpr long long max_elements = 1LL << 32;
+
+long long positive(const args& a, const std::string& name) {
+  const long long v = a.integer(name);
+  if (v < 1) throw usage_error("invalid value for " + name + ": " + std::to_string(v) + " (must be >= 1)");
+  return v;
+}
+
+void check_size(long long len, long long dim) {
+  if (len > max_elements / dim)
+    throw usage_error("table too large: --len " + std::to_string(len) + " x --dim " +
+                      std::to_string(dim) + " exceeds 2^32 elements");
+}
+
+template <class Scalar>
+int write_sinusoidal(const posenc::sinusoidal_config& cfg, long long len, long long offset,
+                     const std::string& out) {
+  const posenc::sinusoidal<Scalar> enc(cfg);
+  posenc::io::write_npy(out, enc.table(len, offset));
+  std::cout << "wrote " << out << ": [" << len << ", " << cfg.dim << "] "
+            << (sizeof(Scalar) == 4 ? "float32" : "float64") << ", " << posenc::to_string(cfg.preset)
+            << ", positions " << offset << ".." << offset + len - 1 << "\n";
+  return 0;
+}
+
+template <class Scalar>
+int write_learned(long long len, long long dim, std::uint64_t seed, const std::string& out) {
+  const posenc::learned_table<Scalar> t(len, dim, seed);
+  t.save_npy(out);
+  std::cout << "wrote " << out << ": [" << len << ", " << dim << "] "
+            << (sizeof(Scalar) == 4 ? "float32" : "float64") << ", N(0, 0.02), seed " << seed << "\n";
+  return 0;
+}
+
+}  // namespace
+
+command sinusoidal_command() {
+  command c;
+  c.name = "sinusoidal";
+  c.summary = "sinusoidal table [L, D] for positions P..P+L-1 (vaswani, fairseq, t2t)";
+  c.usage =
+      "posenc sinusoidal --dim D --len L [--offset P] [--base B] [--preset vaswani|fairseq|t2t]\n"
+      "                    [--padding-idx N] [--dtype f32|f64] --out FILE.npy";
+  c.flags = {
+      {"--dim", "D", "width d of each row (vaswani: even; fairseq: >= 4; t2t: >= 1)", true},
+      {"--len", "L", "number of positions (rows), >= 1", true},
+      {"--offset", "P", "first position (default 0); row r is PE(P + r)", false},
+      {"--base", "B", "frequency base (default 10000); t2t: max_timescale", false},
+      {"--preset", "NAME", "vaswani (interleaved sin/cos, default), fairseq or t2t (sin block, cos block)", false},
+      {"--padding-idx", "N", "fairseq only: position N gets a zero row", false},
+      {"--dtype", "f32|f64", "element type of the file (default f32)", false},
+      {"--out", "FILE.npy", "output file", true},
+  };
+  c.run = [](const args& a) {
+    const long long dim = positive(a, "--dim");
+    const long long len = positive(a, "--len");
+    check_size(len, dim);
+    const long long offset = a.integer_or("--offset", 0);
+    const std::string preset = a.choice("--preset", {"vaswani", "fairseq", "t2t"}, "vaswani");
+    const std::string dtype = a.choice("--dtype", {"f32", "f64"}, "f32");
+    const double base = a.real_or("--base", 10000.0);
+    posenc::sinusoidal_config cfg;
+    if (preset == "vaswani") cfg = posenc::sinusoidal_config::vaswani(dim, base);
+    if (preset == "t2t") cfg = posenc::sinusoidal_config::t2t(dim, 1.0, base);
+    if (preset == "fairseq") {
+      const long long pad = a.integer_or("--padding-idx", -1);
+      if (a.has("--padding-idx") && pad < 0)
+        throw usage_error("invalid value for --padding-idx: " + std::to_string(pad) + " (must be >= 0)");
+      cfg = posenc::sinusoidal_config::fairseq(dim, pad, base);
+    } else if (a.has("--padding-idx")) {
+      throw usage_error("--padding-idx needs --preset fairseq");
+    }
+    const std::string out = a.str("--out");
+    return dtype == "f64" ? write_sinusoidal<double>(cfg, len, offset, out)
+                          : write_sinusoidal<float>(cfg, len, offset, out);
+  };
+  return c;
+}
+
+command learned_command() {
+  command c;
+  c.name = "learned";
+  c.summary = "learned position table [L, D], initialised N(0, 0.02) from a seed";
+  c.usage = "posenc learned --dim D --len L --seed S [--dtype f32|f64] --out FILE.npy";
+  c.flags = {
+      {"--dim", "D", "width d of each row, >= 1", true},
+      {"--len", "L", "number of positions (max_len), >= 1", true},
+      {"--seed", "S", "generator seed, 0 .. 2^63-1 (same seed, same table, every platform)", true},
+      {"--dtype", "f32|f64", "element type of the file (default f32)", false},
+      {"--out", "FILE.npy", "output file", true},
+  };
+  c.run = [](const args& a) {
+    const long long dim = positive(a, "--dim");
+    const long long len = positive(a, "--len");
+    check_size(len, dim);
+    const long long seed = a.integer("--seed");
+    if (seed < 0) throw usage_error("invalid value for --seed: " + std::to_string(seed) + " (must be >= 0)");
+    const std::string dtype = a.choice("--dtype", {"f32", "f64"}, "f32");
+    const std::string out = a.str("--out");
+    return dtype == "f64" ? write_learned<double>(len, dim, static_cast<std::uint64_t>(seed), out)
+                          : write_learned<float>(len, dim, static_cast<std::uint64_t>(seed), out);
+  };
+  return c;
+}
+
+}  // namespace posenc_cli

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Runs the built `posenc` CLI for `sinusoidal` and `learned` and checks its tables against
+the float64 reference (tests/reference/absolute.py), its help, and its error handling:
+unknown flags and bad values exit non-zero with exactly one line on stderr and no file.
+
+Usage:  test_cli_absolute.py PATH/TO/posenc
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    print("numpy missing: skipped")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import absolute as ref  # noqa: E402
+
+FAILURES = []
+
+
+def expect(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what)
+
+
+def run(cli, *argv):
+    p = subprocess.run([cli, *argv], capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def table(cli, tmp, *argv):
+    out = os.path.join(tmp, "t.npy")
+    if os.path.exists(out):
+        os.remove(out)
+    rc, so, se = run(cli, *argv, "--out", out)
+    expect(rc == 0, f"{argv}: rc {rc}, stderr {se!r}")
+    expect(se == "", f"{argv}: stderr not empty: {se!r}")
+    return np.load(out) if rc == 0 else None
+
+
+def close(got, want, tol, what):
+    ok = got is not None and got.shape == want.shape and np.max(np.abs(got - want)) <= tol
+    expect(ok, f"{what}: values differ (shape {None if got is None else got.shape} vs {want.shape})")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    cli = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        # help
+        rc, so, se = run(cli, "--help")
+        expect(rc == 0 and "sinusoidal" in so and "learned" in so, "posenc --help lists both")
+        for sub, flags in [("sinusoidal", ["--dim", "--len", "--offset", "--base", "--preset",
+                                           "--dtype", "--out", "vaswani|fairseq|t2t"]),
+                           ("learned", ["--dim", "--len", "--seed", "--dtype", "--out"])]:
+            rc, so, se = run(cli, sub, "--help")
+            expect(rc == 0 and all(f in so for f in flags), f"posenc {sub} --help names every flag")
+
+        # sinusoidal tables against the reference
+        t = table(cli, tmp, "sinusoidal", "--dim", "6", "--len", "10")
+        expect(t is not None and t.dtype == np.float32, "default dtype is float32")
+        close(t, ref.vaswani(range(10), 6), 1e-7, "classic 10x6")
+        t = table(cli, tmp, "sinusoidal", "--dim", "64", "--len", "5", "--offset", "999996",
+                  "--dtype", "f32")
+        close(t, ref.vaswani(range(999996, 1000001), 64), 1e-6, "float32 near 10^6")
+        t = table(cli, tmp, "sinusoidal", "--dim", "10", "--len", "9", "--offset", "37",
+                  "--base", "500", "--dtype", "f64")
+        expect(t is not None and t.dtype == np.float64, "--dtype f64")
+        close(t, ref.vaswani(range(37, 46), 10, base=500.0), 1e-13, "base 500, offset 37")
+        t = table(cli, tmp, "sinusoidal", "--dim", "10", "--len", "20", "--preset", "fairseq",
+                  "--padding-idx", "1", "--dtype", "f64")
+        close(t, ref.fairseq(20, 10, padding_idx=1), 1e-13, "fairseq padding_idx 1")
+        t = table(cli, tmp, "sinusoidal", "--dim=7", "--len=12", "--preset=fairseq", "--dtype=f64")
+        close(t, ref.fairseq(12, 7), 1e-13, "fairseq odd d, --flag=value syntax")
+        t = table(cli, tmp, "sinusoidal", "--dim", "9", "--len", "12", "--offset", "5",
+                  "--preset", "t2t", "--dtype", "f64")
+        close(t, ref.t2t(12, 9, start_index=5), 1e-13, "t2t odd d, offset")
+        t = table(cli, tmp, "sinusoidal", "--dim", "8", "--len", "10", "--preset", "t2t",
+                  "--base", "500", "--dtype", "f64")
+        close(t, ref.t2t(10, 8, max_ts=500.0), 1e-13, "t2t --base is max_timescale")
+
+        # learned tables: the reference generator, bit for bit
+        t = table(cli, tmp, "learned", "--dim", "6", "--len", "8", "--seed", "7", "--dtype", "f64")
+        expect(t is not None and np.array_equal(t, ref.learned_init(8, 6, 7)), "learned f64 seed 7")
+        t = table(cli, tmp, "learned", "--dim", "5", "--len", "4", "--seed", "123")
+        expect(t is not None and t.dtype == np.float32 and
+               np.array_equal(t, ref.learned_init(4, 5, 123).astype(np.float32)), "learned f32 seed 123")
+
+        # errors: non-zero exit, exactly one line on stderr, nothing written
+        out = os.path.join(tmp, "bad.npy")
+        bad = [
+            ["sinusoidal", "--dim", "6", "--len", "4", "--bogus", "1"],
+            ["sinusoidal", "--dim", "abc", "--len", "4"],
+            ["sinusoidal", "--dim", "7", "--len", "4"],
+            ["sinusoidal", "--dim", "0", "--len", "4"],
+            ["sinusoidal", "--dim", "6", "--len", "0"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "--preset", "bert"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "--dtype", "f16"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "--base", "nan"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "--base", "1"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "--offset", "1.5"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "--offset", "-99999999999999999999"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "--offset", "9007199254740992"],
+            ["sinusoidal", "--dim", "2", "--len", "4", "--preset", "fairseq"],
+            ["sinusoidal", "--dim", "8", "--len", "4", "--padding-idx", "1"],
+            ["sinusoidal", "--dim", "8", "--len", "4", "--preset", "fairseq", "--padding-idx", "-3"],
+            ["sinusoidal", "--dim", "65536", "--len", "65537"],
+            ["sinusoidal", "--dim", "6", "--len", "4", "extra"],
+            ["learned", "--dim", "6", "--len", "4"],
+            ["learned", "--dim", "6", "--len", "4", "--seed", "-1"],
+            ["learned", "--dim", "6", "--len", "4", "--seed", "x"],
+            ["learned", "--dim", "-6", "--len", "4", "--seed", "1"],
+            ["learned", "--dim", "6", "--len", "4", "--seed", "1", "--dtype", "int8"],
+            ["learned", "--dim", "6", "--len", "4", "--seed", "1", "--preset", "vaswani"],
+        ]
+        for argv in bad:
+            rc, so, se = run(cli, *argv, "--out", out)
+            lines = se.splitlines()
+            expect(rc != 0, f"{argv}: exit status {rc}")
+            expect(len(lines) == 1 and lines[0].strip() != "", f"{argv}: stderr {se!r} is not one line")
+            expect(not os.path.exists(out), f"{argv}: wrote a file")
+        for argv in (["sinusoidal", "--dim", "6", "--len", "4"], ["nonsense"],
+                     ["learned", "--dim", "6", "--len", "4", "--seed", "1", "--out"]):
+            rc, so, se = run(cli, *argv)
+            expect(rc != 0 and len(se.splitlines()) == 1, f"{argv}: one-line error")
+        rc, so, se = run(cli, "sinusoidal", "--dim", "6", "--len", "4", "--out",
+                         os.path.join(tmp, "no_such_dir", "x.npy"))
+        expect(rc != 0 and len(se.splitlines()) == 1, "unwritable --out: one-line error")
+
+    print(f"test_cli_absolute: {'FAILED' if FAILURES else 'ok'} ({len(FAILURES)} failures)")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
