@@ -141,15 +141,20 @@ double segment_distance(double px, double py, double x0, double y0, double x1, d
   return std::sqrt(ex * ex + ey * ey);
 }
 
+// A pixel coordinate clamped to just outside [0, limit), so that far-away (or NaN)
+// coordinates never overflow an int and loops stay bounded by the image.
+int to_pixel(double v, int limit) {
+  if (!(v > -2.0)) return -2;
+  if (!(v < limit + 2.0)) return limit + 2;
+  return static_cast<int>(v);
+}
+
 void stroke(image& img, double x0, double y0, double x1, double y1, double width, rgb c) {
   const double r = width / 2 + 1;
-  const int xa = static_cast<int>(std::floor(std::min(x0, x1) - r));
-  const int xb = static_cast<int>(std::ceil(std::max(x0, x1) + r));
-  const int ya = static_cast<int>(std::floor(std::min(y0, y1) - r));
-  const int yb = static_cast<int>(std::ceil(std::max(y0, y1) + r));
-  // Keep the loop bounded by the image whatever the coordinates.
-  const int cx0 = std::max(xa, 0), cx1 = std::min(xb, img.width() - 1);
-  const int cy0 = std::max(ya, 0), cy1 = std::min(yb, img.height() - 1);
+  const int cx0 = std::max(to_pixel(std::floor(std::min(x0, x1) - r), img.width()), 0);
+  const int cx1 = std::min(to_pixel(std::ceil(std::max(x0, x1) + r), img.width()), img.width() - 1);
+  const int cy0 = std::max(to_pixel(std::floor(std::min(y0, y1) - r), img.height()), 0);
+  const int cy1 = std::min(to_pixel(std::ceil(std::max(y0, y1) + r), img.height()), img.height() - 1);
   for (int y = cy0; y <= cy1; ++y)
     for (int x = cx0; x <= cx1; ++x) {
       const double d = segment_distance(x + 0.5, y + 0.5, x0, y0, x1, y1);
@@ -180,8 +185,8 @@ void draw_marker(image& img, marker m, double x, double y, double size, rgb c) {
   if (m == marker::circle) {
     draw_disc(img, x, y, size, c);
   } else if (m == marker::square) {
-    const int s = static_cast<int>(std::lround(size));
-    img.fill_rect(static_cast<int>(std::lround(x)) - s, static_cast<int>(std::lround(y)) - s,
+    const int s = std::clamp(static_cast<int>(std::lround(std::min(size, 1e4))), 0, 10000);
+    img.fill_rect(to_pixel(std::round(x), img.width()) - s, to_pixel(std::round(y), img.height()) - s,
                   2 * s + 1, 2 * s + 1, c);
   }
 }
@@ -232,6 +237,10 @@ struct heatmap_layout {
 
 heatmap_layout layout_heatmap(Eigen::Index rows, Eigen::Index cols, const heatmap_options& o,
                               value_range range) {
+  if (rows < 1 || cols < 1 || o.width < 1 || o.height < 1)
+    throw std::invalid_argument("posenc_plot::heatmap: matrix is " + std::to_string(rows) + " x " +
+                                std::to_string(cols) + " and plot " + std::to_string(o.width) + " x " +
+                                std::to_string(o.height) + "; all must be at least 1");
   heatmap_layout L;
   L.range = range;
   const int s = std::max(1, o.text_scale);
@@ -344,10 +353,10 @@ void draw_line(image& img, double x0, double y0, double x1, double y1, double wi
 }
 
 void draw_disc(image& img, double cx, double cy, double radius, rgb c) {
-  const int xa = std::max(0, static_cast<int>(std::floor(cx - radius - 1)));
-  const int xb = std::min(img.width() - 1, static_cast<int>(std::ceil(cx + radius + 1)));
-  const int ya = std::max(0, static_cast<int>(std::floor(cy - radius - 1)));
-  const int yb = std::min(img.height() - 1, static_cast<int>(std::ceil(cy + radius + 1)));
+  const int xa = std::max(0, to_pixel(std::floor(cx - radius - 1), img.width()));
+  const int xb = std::min(img.width() - 1, to_pixel(std::ceil(cx + radius + 1), img.width()));
+  const int ya = std::max(0, to_pixel(std::floor(cy - radius - 1), img.height()));
+  const int yb = std::min(img.height() - 1, to_pixel(std::ceil(cy + radius + 1), img.height()));
   for (int y = ya; y <= yb; ++y)
     for (int x = xa; x <= xb; ++x) {
       const double d = std::hypot(x + 0.5 - cx, y + 0.5 - cy);

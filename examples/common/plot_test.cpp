@@ -248,6 +248,11 @@ TEST_CASE("heatmap grid: a shared scale maps equal values to equal colours") {
   CHECK(separate.height() > separate.width());
   CHECK_THROWS_AS(plot::heatmap_grid({}, 2, plot::scale::shared), std::invalid_argument);
   CHECK_THROWS_AS(plot::heatmap_grid({{a, o}}, 0, plot::scale::shared), std::invalid_argument);
+  o.range = plot::value_range{0, 1};  // no auto range to trip over the empty panel first
+  CHECK_THROWS_AS(plot::heatmap_grid({{a, o}, {plot::matrix(0, 2), o}}, 2, plot::scale::shared),
+                  std::invalid_argument);
+  o.width = 0;
+  CHECK_THROWS_AS(plot::heatmap_grid({{a, o}}, 1, plot::scale::shared), std::invalid_argument);
 }
 
 TEST_CASE("line plot draws its series and rejects bad input") {
@@ -269,6 +274,17 @@ TEST_CASE("line plot draws its series and rejects bad input") {
   const plot::image img = plot::line_plot({s, dots}, o);
   CHECK(count(img, plot::series_color(0)) > 300);
   CHECK(count(img, plot::rgb{200, 0, 0}) > 49 * 25);
+
+  // Axes much narrower than the data: far-away points are clipped, never overflow.
+  plot::line_options zoom = o;
+  zoom.x_min = 10;
+  zoom.x_max = 10 + 1e-9;
+  zoom.y_min = 0;
+  zoom.y_max = 1e-12;
+  plot::series huge = dots;
+  huge.line_width = 3;
+  huge.mark = plot::marker::circle;
+  CHECK(plot::line_plot({s, huge, dots}, zoom).width() > 0);
 
   plot::series bad = s;
   bad.ys.pop_back();
