@@ -145,7 +145,9 @@ rel_shift_full(const Eigen::MatrixBase<Derived>& x, Index lk) {
 ///     xl.u() = ...; xl.v() = ...; xl.w_r() = ...;
 ///
 /// Per (batch, head) the policy builds its P table (Lq + Lk - 1 rows, O((Lq+Lk) d_R d))
-/// once; per query row the position terms cost one [Lk, d] matrix-vector product.
+/// once; per query row the position terms of the keys the kernel visits cost one
+/// [keys, d] matrix-vector product (computed in chunks of 64 keys on first use, so masked
+/// future keys of a causal call are skipped).
 template <class Scalar = float>
 class transformer_xl_relative : public policy_base {
  public:
@@ -252,20 +254,33 @@ class transformer_xl_relative : public policy_base {
     dmatrix p;         ///< P for distances first .. first-(Lq+Lk-2), [Lq+Lk-1, d]
     dmatrix r;         ///< R for the same distances (kept only when projected, for dW_R)
     drow qv;           ///< q_i + v for the current row
-    drow bd;           ///< (q_i + v) . P_{pos-j} for j = 0..Lk-1: terms (b) + (d)
+    Index row_pos = 0;  ///< position of the current row
+    mutable drow bd;    ///< (q_i + v) . P_{pos-j} for j < done: terms (b) + (d)
+    mutable Index done = 0;
     drow dqv;          ///< dL/d(q_i + v) of the current row, [d] (backward scratch)
     drow rho;          ///< ds . R window, [d_R] (dW_R scratch)
 
     /// Terms (a) + (c): the kernel dots q + u with the keys.
     void transform_query(Index /*pos*/, Eigen::Ref<drow> q) const noexcept { q += u; }
 
-    /// Terms (b) + (d) of the whole row: one product with a contiguous window of P.
+    /// Starts a row; its terms (b) + (d) are products with a contiguous window of P.
     void begin_row(Index pos, const Eigen::Ref<const drow>& q) noexcept {
       qv = q + v;
-      bd.noalias() = qv * window(p, pos).transpose();
+      row_pos = pos;
+      done = 0;
     }
 
-    double score(Index /*pos*/, Index j) const noexcept { return bd(j); }
+    /// Terms (b) + (d) for key j. Computed in chunks of keys on first use, so keys the
+    /// kernel never asks for (causal future, padding) cost nothing.
+    double score(Index /*pos*/, Index j) const noexcept {
+      if (j >= done) {
+        const Index to = std::min(len_k, std::max(j + 1, done + chunk));
+        bd.segment(done, to - done).noalias() =
+            qv * p.middleRows(first - row_pos + done, to - done).transpose();
+        done = to;
+      }
+      return bd(j);
+    }
 
     /// q' = q + u, so dL/dq = dL/dq' and dL/du += dL/dq'.
     void backward_query(Index /*pos*/, Eigen::Ref<drow> dq, gradient_type& grad) const noexcept {
@@ -277,20 +292,20 @@ class transformer_xl_relative : public policy_base {
                         const Eigen::Ref<const drow>& ds, Eigen::Ref<drow> dq,
                         gradient_type& grad) noexcept {
       qv = q + v;
-      dqv.noalias() = ds * window(p, pos);
+      Index n = len_k;  // masked keys have ds = 0: skip the tail
+      while (n > 0 && ds(n - 1) == 0.0) --n;
+      dqv.noalias() = ds.head(n) * p.middleRows(first - pos, n);
       dq += dqv;
       grad.v.row(head) += dqv;
       if (r.rows() > 0) {
-        rho.noalias() = ds * window(r, pos);
+        rho.noalias() = ds.head(n) * r.middleRows(first - pos, n);
         grad.w_r.middleCols(head * dim, dim).noalias() += rho.transpose() * qv;
       }
     }
 
-   private:
     // Keys 0..Lk-1 of the query at pos have distances pos..pos-Lk+1: rows first-pos ...
-    auto window(const dmatrix& m, Index pos) const noexcept {
-      return m.middleRows(first - pos, len_k);
-    }
+    // first-pos+Lk-1 of P (and R).
+    static constexpr Index chunk = 64;
   };
 
   /// The hooks for (batch, head): builds this head's P table once.
