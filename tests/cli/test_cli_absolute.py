@@ -40,7 +40,8 @@ def table(cli, tmp, *argv):
     rc, so, se = run(cli, *argv, "--out", out)
     expect(rc == 0, f"{argv}: rc {rc}, stderr {se!r}")
     expect(se == "", f"{argv}: stderr not empty: {se!r}")
-    return np.load(out) if rc == 0 else None
+    expect(os.path.exists(out), f"{argv}: no file written")
+    return np.load(out) if rc == 0 and os.path.exists(out) else None
 
 
 def close(got, want, tol, what):
