@@ -7,6 +7,7 @@
 #include "config.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/random.hpp"
 #include "core/view.hpp"
 
 // File formats.
@@ -15,6 +16,9 @@
 #include "io/safetensors.hpp"
 
 // Encodings.
+#include "encoding/sinusoidal.hpp"
+#include "encoding/learned.hpp"
+#include "encoding/properties.hpp"
 #include "encoding/rotary.hpp"
 #include "encoding/shaw.hpp"
 #include "encoding/transformer_xl.hpp"
