@@ -43,6 +43,7 @@ TEST_CASE("rotary: model goldens in double", "[rotary][golden]") {
     for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
       posenc::rope_options opt;
       opt.cache = mode;
+      opt.cache_limit = 8192;  // far positions: computed on the fly (keeps the test fast)
       rotary_embedding<double> rope(m.head_dim, m.rotary_dim, m.base, m.pairing, opt);
       const auto out = rope.rotated(x, pos);
       // angles up to 1e6 rad: an ulp of inv_freq moves them by ~1e-10
@@ -56,7 +57,9 @@ TEST_CASE("rotary: model goldens in double", "[rotary][golden]") {
     cfg.rotary_dim = m.rotary_dim;
     cfg.base = m.base;
     cfg.pairing = m.pairing;
-    rotary_embedding<double> from_cfg(cfg, 0);
+    posenc::rope_options fly;
+    fly.cache = posenc::rope_cache_mode::on_the_fly;
+    rotary_embedding<double> from_cfg(cfg, 0, fly);
     CHECK(max_abs_diff(from_cfg.rotated(x, pos), y) < 2e-9);
   }
 }
@@ -70,6 +73,7 @@ TEST_CASE("rotary: float32 within 2e-6 of float64 up to position 1048576", "[rot
     for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
       posenc::rope_options opt;
       opt.cache = mode;
+      opt.cache_limit = 8192;  // far positions: computed on the fly (keeps the test fast)
       rotary_embedding<float> rope(m.head_dim, m.rotary_dim, m.base, m.pairing, opt);
       const auto out = rope.rotated(x, pos);
       const double err = max_row_rel_err(out, y);
@@ -88,6 +92,7 @@ TEST_CASE("rotary: float32_reference reproduces float32 angle arithmetic", "[rot
     posenc::rope_options opt;
     opt.precision = posenc::rope_precision::float32_reference;
     opt.cache = mode;
+    opt.cache_limit = 8192;
     rotary_embedding<float> rope(128, -1, 1e4, rope_pairing::half, opt);
     const auto out = rope.rotated(x, pos);
     // the same float32 operations as the reference: equal to rounding
@@ -113,6 +118,7 @@ TEST_CASE("rotary: xPos goldens for queries and keys", "[rotary][golden][xpos]")
   for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
     posenc::rope_options opt;
     opt.cache = mode;
+    opt.cache_limit = 8192;
     rotary_embedding<double> rope(cfg, 0, opt);
     CHECK(max_abs_diff(rope.rotated(x, pos, posenc::rope_role::query), yq) < 1e-12);
     CHECK(max_abs_diff(rope.rotated(x, pos, posenc::rope_role::key), yk) < 1e-12);

@@ -99,9 +99,9 @@ TEST_CASE("rotary: Eigen heads of any storage order and expression inputs", "[ro
   rotary_embedding<double> rope(8, 6, 1e4, rope_pairing::interleaved);
   const auto x = random_matrix<double>(5, 8, 61);
   const auto want = rope.rotated(x, 3);
-  Eigen::MatrixXd col = x;  // column-major
-  rope.apply(col, 3);
-  CHECK(same_bits(col, want));
+  Eigen::MatrixXd col = x;  // column-major: dims strided, so the portable kernel runs; with
+  rope.apply(col, 3);       // FMA contraction (-march with FMA) it may round differently
+  CHECK(max_abs_diff(col, want) <= 1e-15 * (1 + want.cwiseAbs().maxCoeff()));
   rmat<double> big = random_matrix<double>(9, 12, 62);
   const rmat<double> big0 = big;
   rope.apply(big.block(2, 3, 5, 8), 3);  // a block with an outer stride
@@ -136,9 +136,9 @@ TEST_CASE("rotary: the cache grows on demand and equals on-the-fly bit for bit",
     CHECK(a.cache().size() == 16);
     CHECK(same_bits(a.rotated(x, 100), b.rotated(x, 100)));
     CHECK(a.cache().size() >= 108);
-    const std::vector<Index> far{0, 131071, 5, 131072};
+    const std::vector<Index> far{0, 20001, 5, 20002};
     CHECK(same_bits(a.rotated(x.topRows(4), far), b.rotated(x.topRows(4), far)));
-    CHECK(a.cache().size() >= 131073);
+    CHECK(a.cache().size() >= 20003);
     CHECK(b.cache().size() == 0);
   }
   // a far position id beyond the cache limit is computed on the fly, not cached
