@@ -13,10 +13,10 @@ namespace posenc_plot {
 
 namespace {
 
-constexpr int pad = 10;       // blank space around blocks of a picture
-constexpr int tick_len = 5;   // tick marks, outside the plot area
-constexpr int tick_gap = 4;   // between a tick mark and its label
-constexpr int bar_width = 18; // colour bar
+constexpr int pad = 10;        // blank space around blocks of a picture
+constexpr int tick_len = 5;    // tick marks, outside the plot area
+constexpr int tick_gap = 4;    // between a tick mark and its label
+constexpr int bar_width = 18;  // colour bar
 
 struct control_point {
   double t;
@@ -105,7 +105,8 @@ bar_ticks make_bar_ticks(value_range r, int height, int s) {
 
 int colorbar_width(value_range r, int height, const std::string& label, int s) {
   const bar_ticks t = make_bar_ticks(r, height, s);
-  return bar_width + tick_len + tick_gap + t.label_width + (label.empty() ? 0 : pad + text_height(s));
+  return bar_width + tick_len + tick_gap + t.label_width +
+         (label.empty() ? 0 : pad + text_height(s));
 }
 
 // Draws the bar with its top-left corner at (x, y), `height` tall; labels to the right.
@@ -119,9 +120,11 @@ void draw_colorbar(image& img, int x, int y, int height, value_range r, colormap
   const bar_ticks t = make_bar_ticks(r, height, s);
   const int cap = font::cap_height * s;
   for (std::size_t i = 0; i < t.values.size(); ++i) {
-    const int yy = y + static_cast<int>(std::lround((1.0 - to_unit(r, t.values[i])) * (height - 1)));
+    const int yy =
+        y + static_cast<int>(std::lround((1.0 - to_unit(r, t.values[i])) * (height - 1)));
     img.fill_rect(x + bar_width + 1, yy, tick_len, 1, colors::axis);
-    draw_text(img, x + bar_width + 1 + tick_len + tick_gap, yy - cap / 2, t.labels[i], s, colors::text);
+    draw_text(img, x + bar_width + 1 + tick_len + tick_gap, yy - cap / 2, t.labels[i], s,
+              colors::text);
   }
   if (!label.empty()) {
     const int lx = x + bar_width + 1 + tick_len + tick_gap + t.label_width + pad;
@@ -154,7 +157,8 @@ void stroke(image& img, double x0, double y0, double x1, double y1, double width
   const int cx0 = std::max(to_pixel(std::floor(std::min(x0, x1) - r), img.width()), 0);
   const int cx1 = std::min(to_pixel(std::ceil(std::max(x0, x1) + r), img.width()), img.width() - 1);
   const int cy0 = std::max(to_pixel(std::floor(std::min(y0, y1) - r), img.height()), 0);
-  const int cy1 = std::min(to_pixel(std::ceil(std::max(y0, y1) + r), img.height()), img.height() - 1);
+  const int cy1 =
+      std::min(to_pixel(std::ceil(std::max(y0, y1) + r), img.height()), img.height() - 1);
   for (int y = cy0; y <= cy1; ++y)
     for (int x = cx0; x <= cx1; ++x) {
       const double d = segment_distance(x + 0.5, y + 0.5, x0, y0, x1, y1);
@@ -186,8 +190,8 @@ void draw_marker(image& img, marker m, double x, double y, double size, rgb c) {
     draw_disc(img, x, y, size, c);
   } else if (m == marker::square) {
     const int s = std::clamp(static_cast<int>(std::lround(std::min(size, 1e4))), 0, 10000);
-    img.fill_rect(to_pixel(std::round(x), img.width()) - s, to_pixel(std::round(y), img.height()) - s,
-                  2 * s + 1, 2 * s + 1, c);
+    img.fill_rect(to_pixel(std::round(x), img.width()) - s,
+                  to_pixel(std::round(y), img.height()) - s, 2 * s + 1, 2 * s + 1, c);
   }
 }
 
@@ -212,7 +216,8 @@ axis_ticks index_ticks(Eigen::Index n, double start, int length_px, int label_px
     }
   } else {
     const double lo = start, hi = start + static_cast<double>(n - 1);
-    std::vector<double> v = nice_ticks(lo, hi, std::clamp(length_px / std::max(label_px, 1), 2, 10));
+    std::vector<double> v =
+        nice_ticks(lo, hi, std::clamp(length_px / std::max(label_px, 1), 2, 10));
     const double step = v.size() > 1 ? v[1] - v[0] : 1.0;
     if (step < 1) {  // indices are integers: no fractional ticks
       v.clear();
@@ -239,8 +244,8 @@ heatmap_layout layout_heatmap(Eigen::Index rows, Eigen::Index cols, const heatma
                               value_range range) {
   if (rows < 1 || cols < 1 || o.width < 1 || o.height < 1)
     throw std::invalid_argument("posenc_plot::heatmap: matrix is " + std::to_string(rows) + " x " +
-                                std::to_string(cols) + " and plot " + std::to_string(o.width) + " x " +
-                                std::to_string(o.height) + "; all must be at least 1");
+                                std::to_string(cols) + " and plot " + std::to_string(o.width) +
+                                " x " + std::to_string(o.height) + "; all must be at least 1");
   heatmap_layout L;
   L.range = range;
   const int s = std::max(1, o.text_scale);
@@ -254,11 +259,13 @@ heatmap_layout layout_heatmap(Eigen::Index rows, Eigen::Index cols, const heatma
   for (const auto& l : o.x_tick_labels) widest_x = std::max(widest_x, text_width(l, s));
   const double cell_px = static_cast<double>(L.area_w) / static_cast<double>(cols);
   L.x_vertical = !o.x_tick_labels.empty() && widest_x > cell_px - 4;
-  L.xt = index_ticks(cols, o.x_start, L.area_w,
-                     L.x_vertical ? th + 4 : (o.x_tick_labels.empty() ? text_width("00000", s) : widest_x + 8),
-                     o.x_tick_labels, s);
+  L.xt = index_ticks(
+      cols, o.x_start, L.area_w,
+      L.x_vertical ? th + 4 : (o.x_tick_labels.empty() ? text_width("00000", s) : widest_x + 8),
+      o.x_tick_labels, s);
   L.yt = index_ticks(rows, o.y_start, L.area_h, th * 2, o.y_tick_labels, s);
-  if (!o.y_tick_labels.empty()) L.yt = index_ticks(rows, o.y_start, L.area_h, th + 2, o.y_tick_labels, s);
+  if (!o.y_tick_labels.empty())
+    L.yt = index_ticks(rows, o.y_start, L.area_h, th + 2, o.y_tick_labels, s);
 
   const int title_h = o.title.empty() ? pad : th + 2 * pad;
   const int left = pad + (o.y_label.empty() ? 0 : th + pad) + L.yt.max_width + tick_len + tick_gap;
@@ -291,9 +298,12 @@ rgb series_color(std::size_t i) noexcept {
 
 rgb map_color(colormap cmap, double t) noexcept {
   switch (cmap) {
-    case colormap::viridis: return interpolate(viridis_pts.data(), viridis_pts.size(), t);
-    case colormap::diverging: return interpolate(diverging_pts.data(), diverging_pts.size(), t);
-    case colormap::blues: return interpolate(blues_pts.data(), blues_pts.size(), t);
+    case colormap::viridis:
+      return interpolate(viridis_pts.data(), viridis_pts.size(), t);
+    case colormap::diverging:
+      return interpolate(diverging_pts.data(), diverging_pts.size(), t);
+    case colormap::blues:
+      return interpolate(blues_pts.data(), blues_pts.size(), t);
   }
   return colors::missing;
 }
@@ -379,7 +389,7 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
     if (v > hi + 1e-9 * step) break;
     if (std::abs(v) < 1e-12 * step) v = 0;  // no "-0" from rounding
     out.push_back(v);
-    if (out.size() > 1000) break;           // cannot happen with a finite positive step
+    if (out.size() > 1000) break;  // cannot happen with a finite positive step
   }
   return out;
 }
@@ -439,15 +449,18 @@ image heatmap(const Eigen::Ref<const matrix>& values, const heatmap_options& o) 
   if (!o.title.empty()) {
     // Centred over the plot area, kept inside the picture.
     const int half = bold_width(o.title, s) / 2;
-    const int cx = std::clamp(L.area_x + L.area_w / 2, half + pad, std::max(half + pad, L.width - half - pad));
+    const int cx =
+        std::clamp(L.area_x + L.area_w / 2, half + pad, std::max(half + pad, L.width - half - pad));
     draw_bold(img, cx, pad, o.title, s, colors::text, align::center);
   }
 
   // Cells: each pixel column/row samples the cell under its centre.
   for (int py = 0; py < L.area_h; ++py) {
-    const Eigen::Index r = std::min<Eigen::Index>(rows - 1, static_cast<Eigen::Index>(py) * rows / L.area_h);
+    const Eigen::Index r =
+        std::min<Eigen::Index>(rows - 1, static_cast<Eigen::Index>(py) * rows / L.area_h);
     for (int px = 0; px < L.area_w; ++px) {
-      const Eigen::Index c = std::min<Eigen::Index>(cols - 1, static_cast<Eigen::Index>(px) * cols / L.area_w);
+      const Eigen::Index c =
+          std::min<Eigen::Index>(cols - 1, static_cast<Eigen::Index>(px) * cols / L.area_w);
       const double v = values(r, c);
       const rgb col = std::isnan(v) ? colors::missing : map_color(o.cmap, to_unit(range, v));
       img.set(L.area_x + px, L.area_y + py, col);
@@ -468,9 +481,11 @@ image heatmap(const Eigen::Ref<const matrix>& values, const heatmap_options& o) 
         if (text_width(buf, ts) > cw - 2 || font::cap_height * ts > ch - 2) continue;
         const rgb bg = std::isnan(v) ? colors::missing : map_color(o.cmap, to_unit(range, v));
         const int x = L.area_x + static_cast<int>(std::lround((static_cast<double>(c) + 0.5) * cw));
-        const int y = L.area_y + static_cast<int>(std::lround((static_cast<double>(r) + 0.5) * ch)) -
+        const int y = L.area_y +
+                      static_cast<int>(std::lround((static_cast<double>(r) + 0.5) * ch)) -
                       font::cap_height * ts / 2;
-        draw_text(img, x, y, buf, ts, luminance(bg) < 0.5 ? colors::white : colors::black, align::center);
+        draw_text(img, x, y, buf, ts, luminance(bg) < 0.5 ? colors::white : colors::black,
+                  align::center);
       }
   }
 
@@ -485,7 +500,8 @@ image heatmap(const Eigen::Ref<const matrix>& values, const heatmap_options& o) 
       draw_text(img, x - cap / 2, x_axis_y + tick_len + tick_gap, L.xt.labels[i], s, colors::text,
                 align::right, true);
     else
-      draw_text(img, x, x_axis_y + tick_len + tick_gap, L.xt.labels[i], s, colors::text, align::center);
+      draw_text(img, x, x_axis_y + tick_len + tick_gap, L.xt.labels[i], s, colors::text,
+                align::center);
   }
   for (std::size_t i = 0; i < L.yt.at.size(); ++i) {
     const int y = L.area_y + static_cast<int>(std::lround(L.yt.at[i] * ch - 0.5));
@@ -495,18 +511,19 @@ image heatmap(const Eigen::Ref<const matrix>& values, const heatmap_options& o) 
   }
   const int x_tick_h = L.x_vertical ? L.xt.max_width : th;
   if (!o.x_label.empty())
-    draw_text(img, L.area_x + L.area_w / 2, x_axis_y + tick_len + tick_gap + x_tick_h + pad, o.x_label, s,
-              colors::text, align::center);
+    draw_text(img, L.area_x + L.area_w / 2, x_axis_y + tick_len + tick_gap + x_tick_h + pad,
+              o.x_label, s, colors::text, align::center);
   if (!o.y_label.empty())
     draw_text(img, pad, L.area_y + L.area_h / 2, o.y_label, s, colors::text, align::center, true);
 
   if (o.colorbar)
-    draw_colorbar(img, L.area_x + L.area_w + 2 * pad, L.area_y, L.area_h, range, o.cmap, o.value_label, s);
+    draw_colorbar(img, L.area_x + L.area_w + 2 * pad, L.area_y, L.area_h, range, o.cmap,
+                  o.value_label, s);
   return img;
 }
 
-image heatmap_grid(const std::vector<panel>& panels, int columns, scale sc, const std::string& title,
-                   const std::string& value_label) {
+image heatmap_grid(const std::vector<panel>& panels, int columns, scale sc,
+                   const std::string& title, const std::string& value_label) {
   if (panels.empty()) throw std::invalid_argument("posenc_plot::heatmap_grid: no panels");
   if (columns < 1)
     throw std::invalid_argument("posenc_plot::heatmap_grid: columns = " + std::to_string(columns) +
@@ -562,7 +579,8 @@ image line_plot(const std::vector<series>& curves, const line_options& o) {
   for (const auto& c : curves) {
     if (c.xs.size() != c.ys.size())
       throw std::invalid_argument("posenc_plot::line_plot: series '" + c.name + "' has " +
-                                  std::to_string(c.xs.size()) + " xs and " + std::to_string(c.ys.size()) + " ys");
+                                  std::to_string(c.xs.size()) + " xs and " +
+                                  std::to_string(c.ys.size()) + " ys");
     for (std::size_t i = 0; i < c.xs.size(); ++i) {
       if (!std::isfinite(c.xs[i]) || !std::isfinite(c.ys[i])) continue;
       xlo = std::min(xlo, c.xs[i]);
@@ -646,9 +664,10 @@ image line_plot(const std::vector<series>& curves, const line_options& o) {
     draw_text(img, ax - 1 - tick_len - tick_gap, y - cap / 2, yl[i], s, colors::text, align::right);
   }
   if (!o.x_label.empty())
-    draw_text(img, ax + aw / 2, ay + ah + tick_len + tick_gap + th + pad, o.x_label, s, colors::text,
-              align::center);
-  if (!o.y_label.empty()) draw_text(img, pad, ay + ah / 2, o.y_label, s, colors::text, align::center, true);
+    draw_text(img, ax + aw / 2, ay + ah + tick_len + tick_gap + th + pad, o.x_label, s,
+              colors::text, align::center);
+  if (!o.y_label.empty())
+    draw_text(img, pad, ay + ah / 2, o.y_label, s, colors::text, align::center, true);
 
   img.set_clip(ax, ay, aw, ah);
   for (std::size_t k = 0; k < curves.size(); ++k) {
@@ -656,11 +675,12 @@ image line_plot(const std::vector<series>& curves, const line_options& o) {
     const rgb col = c.color ? *c.color : series_color(k);
     double phase = 0;
     for (std::size_t i = 0; i + 1 < c.xs.size(); ++i) {
-      const bool ok = std::isfinite(c.xs[i]) && std::isfinite(c.ys[i]) && std::isfinite(c.xs[i + 1]) &&
-                      std::isfinite(c.ys[i + 1]);
+      const bool ok = std::isfinite(c.xs[i]) && std::isfinite(c.ys[i]) &&
+                      std::isfinite(c.xs[i + 1]) && std::isfinite(c.ys[i + 1]);
       if (!ok || !(c.line_width > 0)) continue;
       if (c.dash > 0)
-        dashed(img, X(c.xs[i]), Y(c.ys[i]), X(c.xs[i + 1]), Y(c.ys[i + 1]), c.line_width, col, c.dash, phase);
+        dashed(img, X(c.xs[i]), Y(c.ys[i]), X(c.xs[i + 1]), Y(c.ys[i + 1]), c.line_width, col,
+               c.dash, phase);
       else
         stroke(img, X(c.xs[i]), Y(c.ys[i]), X(c.xs[i + 1]), Y(c.ys[i + 1]), c.line_width, col);
     }
@@ -682,8 +702,10 @@ image line_plot(const std::vector<series>& curves, const line_options& o) {
       const rgb col = c.color ? *c.color : series_color(k);
       const int y = ly + pad / 2 + row * row_h + 3;
       const double mid = y + cap / 2.0;
-      if (c.line_width > 0) draw_line(img, lx + pad, mid, lx + pad + swatch, mid, c.line_width, col, c.dash / 2);
-      if (c.mark != marker::none) draw_marker(img, c.mark, lx + pad + swatch / 2.0, mid, c.marker_size, col);
+      if (c.line_width > 0)
+        draw_line(img, lx + pad, mid, lx + pad + swatch, mid, c.line_width, col, c.dash / 2);
+      if (c.mark != marker::none)
+        draw_marker(img, c.mark, lx + pad + swatch / 2.0, mid, c.marker_size, col);
       draw_text(img, lx + pad + swatch + pad, y, c.name, s, colors::text);
       ++row;
     }
@@ -691,10 +713,12 @@ image line_plot(const std::vector<series>& curves, const line_options& o) {
   return img;
 }
 
-image compose(const std::vector<image>& images, int columns, const std::string& title, int text_scale) {
+image compose(const std::vector<image>& images, int columns, const std::string& title,
+              int text_scale) {
   if (images.empty()) throw std::invalid_argument("posenc_plot::compose: no images");
   if (columns < 1)
-    throw std::invalid_argument("posenc_plot::compose: columns = " + std::to_string(columns) + ": must be >= 1");
+    throw std::invalid_argument("posenc_plot::compose: columns = " + std::to_string(columns) +
+                                ": must be >= 1");
   const int s = std::max(1, text_scale);
   int cw = 0, ch = 0;
   for (const auto& im : images) {

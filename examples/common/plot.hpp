@@ -12,7 +12,6 @@
 // Text uses the hand-drawn bitmap font in font.hpp (printable ASCII).
 
 #include <Eigen/Core>
-
 #include <optional>
 #include <string>
 #include <string_view>
@@ -159,14 +158,14 @@ struct series {
 
 /// Axes, labels and size of a line plot.
 struct line_options {
-  std::string title;    ///< bold, above the plot
-  std::string x_label;  ///< below the x axis
-  std::string y_label;  ///< left of the y axis, reading upwards
+  std::string title;                                 ///< bold, above the plot
+  std::string x_label;                               ///< below the x axis
+  std::string y_label;                               ///< left of the y axis, reading upwards
   std::optional<double> x_min, x_max, y_min, y_max;  ///< default: the data, plus a margin
-  bool legend = true;  ///< drawn to the right of the plot area
+  bool legend = true;                                ///< drawn to the right of the plot area
   bool grid = true;
   int width = 600, height = 380;  ///< the plot area in pixels
-  int text_scale = 2;  ///< font scale of ticks and labels
+  int text_scale = 2;             ///< font scale of ticks and labels
 };
 
 /// Curves on shared axes with ticks, grid and a legend. Throws std::invalid_argument when

@@ -3,6 +3,8 @@
 // input. A self-contained program (no test framework, like the numbered examples): it
 // prints each failed check and exits 1 if there was one.
 
+#include "common/plot.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "common/font.hpp"
-#include "common/plot.hpp"
 
 namespace {
 
@@ -34,8 +35,8 @@ void failed(const char* what, int line) {
 
 #define POSENC_CAT2(a, b) a##b
 #define POSENC_CAT(a, b) POSENC_CAT2(a, b)
-#define TEST_CASE(name)                                                      \
-  static void POSENC_CAT(test_, __LINE__)();                                 \
+#define TEST_CASE(name)                                                                  \
+  static void POSENC_CAT(test_, __LINE__)();                                             \
   static const registrar POSENC_CAT(reg_, __LINE__)(name, &POSENC_CAT(test_, __LINE__)); \
   static void POSENC_CAT(test_, __LINE__)()
 #define CHECK(...)                                      \
@@ -43,31 +44,31 @@ void failed(const char* what, int line) {
     if (!(__VA_ARGS__)) failed(#__VA_ARGS__, __LINE__); \
   } while (0)
 #define CHECK_FALSE(...) CHECK(!(__VA_ARGS__))
-#define REQUIRE(...)                   \
-  do {                                 \
-    if (!(__VA_ARGS__)) {              \
-      failed(#__VA_ARGS__, __LINE__);  \
-      return;                          \
-    }                                  \
+#define REQUIRE(...)                  \
+  do {                                \
+    if (!(__VA_ARGS__)) {             \
+      failed(#__VA_ARGS__, __LINE__); \
+      return;                         \
+    }                                 \
   } while (0)
-#define CHECK_THROWS_AS(expr, type)                       \
-  do {                                                    \
-    bool thrown_ = false;                                 \
-    try {                                                 \
-      (void)(expr);                                       \
-    } catch (const type&) {                               \
-      thrown_ = true;                                     \
-    } catch (...) {                                       \
-    }                                                     \
+#define CHECK_THROWS_AS(expr, type)                         \
+  do {                                                      \
+    bool thrown_ = false;                                   \
+    try {                                                   \
+      (void)(expr);                                         \
+    } catch (const type&) {                                 \
+      thrown_ = true;                                       \
+    } catch (...) {                                         \
+    }                                                       \
     if (!thrown_) failed(#expr " throws " #type, __LINE__); \
   } while (0)
-#define CHECK_NOTHROW(expr)                               \
-  do {                                                    \
-    try {                                                 \
-      (void)(expr);                                       \
-    } catch (...) {                                       \
-      failed(#expr " does not throw", __LINE__);          \
-    }                                                     \
+#define CHECK_NOTHROW(expr)                      \
+  do {                                           \
+    try {                                        \
+      (void)(expr);                              \
+    } catch (...) {                              \
+      failed(#expr " does not throw", __LINE__); \
+    }                                            \
   } while (0)
 
 namespace plot = posenc_plot;
@@ -95,8 +96,10 @@ long count(const plot::image& img, plot::rgb c) {
 TEST_CASE("colour maps: endpoints, centre, clamping, NaN") {
   CHECK(plot::map_color(plot::colormap::viridis, 0.0) == plot::rgb{68, 1, 84});
   CHECK(plot::map_color(plot::colormap::viridis, 1.0) == plot::rgb{253, 231, 37});
-  CHECK(plot::map_color(plot::colormap::viridis, -3.0) == plot::map_color(plot::colormap::viridis, 0.0));
-  CHECK(plot::map_color(plot::colormap::viridis, 7.0) == plot::map_color(plot::colormap::viridis, 1.0));
+  CHECK(plot::map_color(plot::colormap::viridis, -3.0) ==
+        plot::map_color(plot::colormap::viridis, 0.0));
+  CHECK(plot::map_color(plot::colormap::viridis, 7.0) ==
+        plot::map_color(plot::colormap::viridis, 1.0));
   CHECK(plot::map_color(plot::colormap::diverging, 0.5) == plot::rgb{255, 255, 255});
   CHECK(plot::map_color(plot::colormap::blues, 0.0) == plot::rgb{255, 255, 255});
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -38,14 +38,16 @@ rgb image::at(int x, int y) const {
                             std::to_string(y) + ") is outside " + std::to_string(width_) + " x " +
                             std::to_string(height_));
   const std::size_t i = (static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) +
-                         static_cast<std::size_t>(x)) * 3;
+                         static_cast<std::size_t>(x)) *
+                        3;
   return {pixels_[i], pixels_[i + 1], pixels_[i + 2]};
 }
 
 void image::set(int x, int y, rgb c) noexcept {
   if (!writable(x, y)) return;
   const std::size_t i = (static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) +
-                         static_cast<std::size_t>(x)) * 3;
+                         static_cast<std::size_t>(x)) *
+                        3;
   pixels_[i] = c.r;
   pixels_[i + 1] = c.g;
   pixels_[i + 2] = c.b;
@@ -55,7 +57,8 @@ void image::blend(int x, int y, rgb c, double alpha) noexcept {
   if (!writable(x, y) || !(alpha > 0)) return;
   alpha = std::min(alpha, 1.0);
   const std::size_t i = (static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) +
-                         static_cast<std::size_t>(x)) * 3;
+                         static_cast<std::size_t>(x)) *
+                        3;
   auto mix = [alpha](std::uint8_t under, std::uint8_t over) {
     return static_cast<std::uint8_t>(std::lround(under + alpha * (over - under)));
   };
@@ -83,7 +86,8 @@ void image::blit(const image& src, int x, int y) noexcept {
   for (int yy = 0; yy < src.height_; ++yy)
     for (int xx = 0; xx < src.width_; ++xx) {
       const std::size_t i = (static_cast<std::size_t>(yy) * static_cast<std::size_t>(src.width_) +
-                             static_cast<std::size_t>(xx)) * 3;
+                             static_cast<std::size_t>(xx)) *
+                            3;
       set(x + xx, y + yy, {src.pixels_[i], src.pixels_[i + 1], src.pixels_[i + 2]});
     }
 }
@@ -102,8 +106,7 @@ void image::reset_clip() noexcept {
 }
 
 void write_png(const image& img, const std::filesystem::path& path) {
-  if (img.empty())
-    throw std::runtime_error("write_png: " + path.string() + ": the image is empty");
+  if (img.empty()) throw std::runtime_error("write_png: " + path.string() + ": the image is empty");
   const int ok = stbi_write_png(path.string().c_str(), img.width(), img.height(), 3, img.data(),
                                 img.width() * 3);
   if (!ok) throw std::runtime_error("write_png: cannot write " + path.string());
@@ -114,12 +117,15 @@ image read_png(const std::filesystem::path& path) {
   stbi_uc* px = stbi_load(path.string().c_str(), &w, &h, &channels, 3);
   if (!px) {
     const char* why = stbi_failure_reason();
-    throw std::runtime_error("read_png: cannot read " + path.string() + ": " + (why ? why : "unknown error"));
+    throw std::runtime_error("read_png: cannot read " + path.string() + ": " +
+                             (why ? why : "unknown error"));
   }
   image img(w, h);
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x) {
-      const std::size_t i = (static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + static_cast<std::size_t>(x)) * 3;
+      const std::size_t i = (static_cast<std::size_t>(y) * static_cast<std::size_t>(w) +
+                             static_cast<std::size_t>(x)) *
+                            3;
       img.set(x, y, {px[i], px[i + 1], px[i + 2]});
     }
   stbi_image_free(px);

@@ -31,8 +31,9 @@ int main(int argc, char** argv) {
       const double ink_share = double(ink) / (double(img.width()) * double(img.height()));
       const bool ok = img.width() >= 300 && img.height() >= 200 && img.width() <= 4000 &&
                       img.height() <= 4000 && colours.size() >= 16 && ink_share >= 0.02;
-      std::cout << (ok ? "ok   " : "BAD  ") << argv[a] << ": " << img.width() << " x " << img.height()
-                << ", " << colours.size() << " colours, " << int(ink_share * 100 + 0.5) << "% ink\n";
+      std::cout << (ok ? "ok   " : "BAD  ") << argv[a] << ": " << img.width() << " x "
+                << img.height() << ", " << colours.size() << " colours, "
+                << int(ink_share * 100 + 0.5) << "% ink\n";
       if (!ok) ++bad;
     } catch (const std::exception& e) {
       std::cout << "BAD  " << argv[a] << ": " << e.what() << "\n";

@@ -10,11 +10,10 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <posenc/version.hpp>
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include <posenc/version.hpp>
 
 #include "tour.hpp"
 
@@ -61,7 +60,8 @@ namespace {
 // The sections, in the order they run. Add new ones here, one line each.
 const tour::section sections[] = {
     {"absolute", "Absolute positions: sinusoidal and learned tables", tour::section_absolute},
-    {"rotary", "Rotary embeddings: the relative property and the scalings' frequencies", tour::section_rotary},
+    {"rotary", "Rotary embeddings: the relative property and the scalings' frequencies",
+     tour::section_rotary},
     {"attention", "Attention: one sentence under every position scheme", tour::section_attention},
 };
 
@@ -71,7 +71,8 @@ void write_index(const tour::tour_context& ctx) {
   md << "# posenc tour (posenc " << posenc::version_string << ")\n\n## Findings\n\n";
   for (const auto& f : ctx.findings) md << "- " << f << "\n";
   md << "\n## Pictures\n\n";
-  for (const auto& p : ctx.pictures) md << "### " << p.caption << "\n\n![" << p.caption << "](" << p.file << ")\n\n";
+  for (const auto& p : ctx.pictures)
+    md << "### " << p.caption << "\n\n![" << p.caption << "](" << p.file << ")\n\n";
 }
 
 }  // namespace
@@ -79,16 +80,18 @@ void write_index(const tour::tour_context& ctx) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::cout << "Usage: tour [OUTDIR]\n\nRuns the positional-encoding demonstrations, prints each "
-                 "finding with its numbers,\nand writes the pictures (PNG) and index.md into OUTDIR "
-                 "(default: tour_out).\n";
+    std::cout
+        << "Usage: tour [OUTDIR]\n\nRuns the positional-encoding demonstrations, prints each "
+           "finding with its numbers,\nand writes the pictures (PNG) and index.md into OUTDIR "
+           "(default: tour_out).\n";
     return 0;
   }
   if (args.size() > 1 || (!args.empty() && args[0].rfind("-", 0) == 0)) {
     std::cerr << "tour: unexpected argument '" << args.back() << "' (usage: tour [OUTDIR])\n";
     return 2;
   }
-  const std::filesystem::path out = args.empty() ? std::filesystem::path("tour_out") : std::filesystem::path(args[0]);
+  const std::filesystem::path out =
+      args.empty() ? std::filesystem::path("tour_out") : std::filesystem::path(args[0]);
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec || !std::filesystem::is_directory(out)) {
@@ -96,7 +99,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   tour::tour_context ctx(std::filesystem::absolute(out), std::cout);
-  std::cout << "posenc " << posenc::version_string << " tour: pictures go to " << ctx.out.string() << "\n";
+  std::cout << "posenc " << posenc::version_string << " tour: pictures go to " << ctx.out.string()
+            << "\n";
 
   int crashed = 0;
   for (const auto& s : sections) {
@@ -109,7 +113,8 @@ int main(int argc, char** argv) {
     }
   }
   write_index(ctx);
-  std::cout << "\n" << ctx.pictures.size() << " pictures and index.md in " << ctx.out.string() << "; "
+  std::cout << "\n"
+            << ctx.pictures.size() << " pictures and index.md in " << ctx.out.string() << "; "
             << ctx.checks - ctx.failures << " of " << ctx.checks << " checks hold";
   if (crashed) std::cout << "; " << crashed << " section(s) stopped with an error";
   std::cout << "\n";

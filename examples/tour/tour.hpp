@@ -11,6 +11,13 @@
 
 #include "common/plot.hpp"
 
+/// Lets the compiler check format() calls like printf's.
+#if defined(__GNUC__) || defined(__clang__)
+#define POSENC_TOUR_PRINTF __attribute__((format(printf, 1, 2)))
+#else
+#define POSENC_TOUR_PRINTF
+#endif
+
 namespace tour {
 
 /// What every section gets: where to write, where to print, and the record of what it did.
@@ -22,9 +29,9 @@ struct tour_context {
     std::string file;     ///< name inside `out`
     std::string caption;  ///< one line: what the picture shows
   };
-  std::vector<picture> pictures;       ///< every picture saved, in order
-  std::vector<std::string> findings;   ///< every finding printed, in order
-  int checks = 0, failures = 0;        ///< claims checked, and how many did not hold
+  std::vector<picture> pictures;      ///< every picture saved, in order
+  std::vector<std::string> findings;  ///< every finding printed, in order
+  int checks = 0, failures = 0;       ///< claims checked, and how many did not hold
 
   tour_context(std::filesystem::path dir, std::ostream& os) : out(std::move(dir)), log(os) {}
 
@@ -38,10 +45,7 @@ struct tour_context {
 };
 
 /// printf-style formatting into a std::string (for finding lines).
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 1, 2)))
-#endif
-std::string format(const char* fmt, ...);
+std::string format(const char* fmt, ...) POSENC_TOUR_PRINTF;
 
 /// A section: a short name, a title line, and the function that runs it.
 using section_fn = void (*)(tour_context&);
