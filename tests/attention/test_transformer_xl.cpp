@@ -140,6 +140,40 @@ TEST_CASE("position terms via rel_shift, the policy and the direct formulation a
   }
 }
 
+TEST_CASE("transformer-xl over many key chunks equals attention with the direct terms as a bias",
+          "[attention][txl][rel_shift]") {
+  // Lk = 150 spans three of the policy's lazily computed key chunks; the same logits as a
+  // plain attention with additive bias scale * (u . k_j + (q_i + v) . P_{pos-j}).
+  std::mt19937 gen(26);
+  const Index lq = 9, lk = 150, d = 4, q_offset = 141;
+  const auto xl = random_policy(1, d, 6, gen);
+  const dmat q = random_matrix(lq, d, gen), k = random_matrix(lk, d, gen),
+             v = random_matrix(lk, 3, gen);
+  const double scale = 0.5;
+  const dmat bd = direct_position_scores(xl, 0, q, lk, q_offset);
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    auto opt = options(causal, q_offset);
+    opt.scale = scale;
+    const dmat out = posenc::attention(q, k, v, opt, xl);
+    opt.mask.additive = scale * (bd.rowwise() + (k * xl.u().row(0).transpose()).transpose());
+    CHECK(posenc_test::max_abs_diff(out, posenc::attention(q, k, v, opt)) < 1e-12);
+  }
+  // Keys asked for in any order.
+  posenc::attention_shape s;
+  s.len_q = lq;
+  s.len_k = lk;
+  s.dim = d;
+  s.dim_v = 3;
+  s.q_offset = q_offset;
+  auto h = xl.head(0, 0, s);
+  for (Index i = 0; i < lq; ++i) {
+    h.begin_row(q_offset + i, q.row(i));
+    for (Index j : {Index(100), Index(3), Index(149), Index(64), Index(63), Index(0)})
+      CHECK(std::abs(h.score(q_offset + i, j) - bd(i, j)) < 1e-12);
+  }
+}
+
 TEST_CASE("transformer-xl attention matches the reference: terms (a)-(d)",
           "[attention][txl][golden]") {
   SECTION("two heads, W_R, memory of 3, causal") {
