@@ -36,7 +36,7 @@ class learned_table {
   static_assert(std::is_floating_point_v<Scalar>, "posenc::learned_table: Scalar must be floating point");
 
  public:
-  using scalar_type = Scalar;
+  using scalar_type = Scalar;  ///< element type of the table
   /// A [rows, d] row-major matrix.
   using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 

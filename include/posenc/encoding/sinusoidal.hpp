@@ -116,8 +116,8 @@ class sinusoidal {
   static_assert(std::is_floating_point_v<Scalar>, "posenc::sinusoidal: Scalar must be floating point");
 
  public:
-  using scalar_type = Scalar;
-  using backend_type = Backend;
+  using scalar_type = Scalar;    ///< element type of tables and embeddings
+  using backend_type = Backend;  ///< kernel tag (see core/backend.hpp)
   /// A [rows, d] row-major table.
   using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -175,6 +175,7 @@ class sinusoidal {
   /// The Vaswani et al. encoding of width `dim` with base 10000.
   explicit sinusoidal(Index dim) : sinusoidal(sinusoidal_config::vaswani(dim)) {}
 
+  /// The validated configuration.
   const sinusoidal_config& config() const noexcept { return config_; }
   /// d, the width of every row.
   Index dim() const noexcept { return config_.dim; }
