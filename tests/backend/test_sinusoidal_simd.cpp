@@ -37,7 +37,7 @@ double tolerance(double angle) {
 }
 
 // The same arithmetic as simd::angle_addition, one value at a time with std::fma.
-double emulate_sin(double p, double w, bool want_sin) {
+[[maybe_unused]] double emulate_sin(double p, double w, bool want_sin) {
   const double B = 64.0;
   const double base = std::floor(p / B) * B, f = p - base;
   const double sc = std::sin(base * w), cc = std::cos(base * w);
