@@ -105,6 +105,35 @@ TEST_CASE("lookup, table and add_to", "[learned][add]") {
   CHECK(posenc_test::max_abs_diff(col, a) == 0.0);
 }
 
+TEST_CASE("randomized shapes: lookup, add and backward agree with naive loops", "[learned][random-shapes]") {
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 25; ++trial) {
+    const Index L = static_cast<Index>(1 + rng() % 40), d = static_cast<Index>(1 + rng() % 33);
+    const Index n = static_cast<Index>(rng() % 20);
+    posenc::learned_table<float> t(L, d, rng());
+    std::vector<Index> pos(static_cast<std::size_t>(n));
+    for (auto& p : pos) p = static_cast<Index>(rng() % static_cast<std::uint64_t>(L));
+    const rowmatf rows = t.lookup(pos);
+    rowmatf e = rowmatf::Constant(n, d, 0.25f), g = rowmatf::Constant(n, d, 1.0f);
+    t.add_at(e, pos);
+    t.backward(g, pos);
+    rowmatf counts = rowmatf::Zero(L, d);
+    for (Index r = 0; r < n; ++r) {
+      const Index p = pos[static_cast<std::size_t>(r)];
+      for (Index c = 0; c < d; ++c) {
+        REQUIRE(rows(r, c) == t.weights()(p, c));
+        REQUIRE(e(r, c) == 0.25f + t.weights()(p, c));
+        counts(p, c) += 1.0f;
+      }
+    }
+    REQUIRE(t.gradient() == counts);
+    const Index off = static_cast<Index>(rng() % static_cast<std::uint64_t>(L));
+    rowmatf s = rowmatf::Zero(L - off, d);
+    t.add_to(s, off);
+    REQUIRE(s == t.weights().bottomRows(L - off));
+  }
+}
+
 TEST_CASE("backward scatter-adds, repeated positions add up; SGD step", "[learned][grad]") {
   posenc::learned_table<double> t(6, 3, 5);
   rowmat g(4, 3);
