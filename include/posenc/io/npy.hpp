@@ -326,19 +326,26 @@ tensor<Scalar> read_npy(const std::string& path) {
 template <class Scalar>
 matrix<Scalar> read_npy_matrix(const std::string& path, Index expected_rows = -1,
                                Index expected_cols = -1) {
-  tensor<Scalar> t = read_npy<Scalar>(path);
+  static_assert(is_io_scalar_v<Scalar>,
+                "posenc::io::read_npy_matrix: Scalar must be float, double, int64_t, int32_t or uint8_t");
+  detail::input_file f(path, "io::read_npy");
+  const detail::npy_header h = detail::read_npy_header(f, path);
   const char* where = "io::read_npy_matrix";
-  if (t.rank() != 1 && t.rank() != 2)
-    posenc::detail::fail(where, "rank", t.rank(), "must be 1 or 2 (file " + path + ")");
-  const Index rows = t.rank() == 2 ? t.shape[0] : 1;
-  const Index cols = t.rank() == 2 ? t.shape[1] : t.shape[0];
+  const auto rank = static_cast<Index>(h.shape.size());
+  if (rank != 1 && rank != 2)
+    posenc::detail::fail(where, "rank", rank, "must be 1 or 2 (file " + path + ")");
+  const Index rows = rank == 2 ? h.shape[0] : 1;
+  const Index cols = rank == 2 ? h.shape[1] : h.shape[0];
   if (expected_rows >= 0 && rows != expected_rows)
     posenc::detail::fail(where, "rows", rows,
                          "expected " + std::to_string(expected_rows) + " (file " + path + ")");
   if (expected_cols >= 0 && cols != expected_cols)
     posenc::detail::fail(where, "cols", cols,
                          "expected " + std::to_string(expected_cols) + " (file " + path + ")");
-  return t.as_matrix();
+  // Straight into the matrix: no intermediate tensor copy.
+  matrix<Scalar> m(rows, cols);
+  f.read_elements(h.data_offset, h.type, m.size(), m.data(), "'" + h.descr + "'");
+  return m;
 }
 
 /// Writes a C-order `.npy` (format 1.0; 2.0 when the header exceeds 65535 bytes) of

@@ -493,6 +493,36 @@ inline std::vector<std::string> safetensors_names(const std::string& path) {
   return names;
 }
 
+namespace detail {
+
+/// The header entry of tensor `name`, or posenc::error "name = '...'" listing a few names.
+inline const safetensors_info& find_tensor(const safetensors_header& h, const std::string& path,
+                                           const std::string& name, const char* where) {
+  const auto it = std::find_if(h.tensors.begin(), h.tensors.end(),
+                               [&](const safetensors_info& t) { return t.name == name; });
+  if (it == h.tensors.end()) {
+    std::string have;
+    for (std::size_t k = 0; k < h.tensors.size() && k < 8; ++k)
+      have += (k ? ", " : "") + ("\"" + h.tensors[k].name + "\"");
+    if (h.tensors.size() > 8) have += ", ...";
+    posenc::detail::fail(where, "name", "'" + name + "'",
+                         "no such tensor in " + path + " (it has " + std::to_string(h.tensors.size()) +
+                             (h.tensors.empty() ? "" : ": " + have) + ")");
+  }
+  return *it;
+}
+
+/// Reads the data of `info` into `dst` (info's element count), converting to Scalar.
+template <class Scalar>
+void read_tensor_data(const std::string& path, const safetensors_header& h, const safetensors_info& info,
+                      Index n, Scalar* dst) {
+  input_file f(path, "io::read_safetensors");
+  f.read_elements(h.data_start + info.begin, info.type, n, dst,
+                  std::string(safetensors_dtype_name(info.type)) + " (tensor \"" + info.name + "\")");
+}
+
+}  // namespace detail
+
 /// Reads the tensor `name` from a `.safetensors` file, converted to Scalar (float, double,
 /// std::int64_t, std::int32_t or std::uint8_t) by the rules of tensor.hpp: F16/BF16/F32/F64
 /// to float/double by value; integers only when exact. Only that tensor's bytes are read.
@@ -502,23 +532,11 @@ tensor<Scalar> read_safetensors(const std::string& path, const std::string& name
   static_assert(is_io_scalar_v<Scalar>,
                 "posenc::io::read_safetensors: Scalar must be float, double, int64_t, int32_t or uint8_t");
   const safetensors_header h = read_safetensors_header(path);
-  const auto it = std::find_if(h.tensors.begin(), h.tensors.end(),
-                               [&](const safetensors_info& t) { return t.name == name; });
-  if (it == h.tensors.end()) {
-    std::string have;
-    for (std::size_t k = 0; k < h.tensors.size() && k < 8; ++k)
-      have += (k ? ", " : "") + ("\"" + h.tensors[k].name + "\"");
-    if (h.tensors.size() > 8) have += ", ...";
-    posenc::detail::fail("io::read_safetensors", "name", "'" + name + "'",
-                         "no such tensor in " + path + " (it has " + std::to_string(h.tensors.size()) +
-                             (h.tensors.empty() ? "" : ": " + have) + ")");
-  }
-  detail::input_file f(path, "io::read_safetensors");
+  const safetensors_info& info = detail::find_tensor(h, path, name, "io::read_safetensors");
   tensor<Scalar> t;
-  t.shape = it->shape;
+  t.shape = info.shape;
   t.data.resize(static_cast<std::size_t>(t.size()));
-  f.read_elements(h.data_start + it->begin, it->type, t.size(), t.data.data(),
-                  std::string(detail::safetensors_dtype_name(it->type)) + " (tensor \"" + name + "\")");
+  detail::read_tensor_data(path, h, info, t.size(), t.data.data());
   return t;
 }
 
@@ -528,17 +546,23 @@ tensor<Scalar> read_safetensors(const std::string& path, const std::string& name
 template <class Scalar>
 matrix<Scalar> read_safetensors_matrix(const std::string& path, const std::string& name,
                                        Index expected_rows = -1, Index expected_cols = -1) {
-  tensor<Scalar> t = read_safetensors<Scalar>(path, name);
+  static_assert(is_io_scalar_v<Scalar>,
+                "posenc::io::read_safetensors_matrix: Scalar must be float, double, int64_t, int32_t or uint8_t");
+  const safetensors_header h = read_safetensors_header(path);
+  const safetensors_info& info = detail::find_tensor(h, path, name, "io::read_safetensors");
   const char* where = "io::read_safetensors_matrix";
   const std::string ctx = " (tensor \"" + name + "\" in " + path + ")";
-  if (t.rank() != 1 && t.rank() != 2) posenc::detail::fail(where, "rank", t.rank(), "must be 1 or 2" + ctx);
-  const Index rows = t.rank() == 2 ? t.shape[0] : 1;
-  const Index cols = t.rank() == 2 ? t.shape[1] : t.shape[0];
+  const auto rank = static_cast<Index>(info.shape.size());
+  if (rank != 1 && rank != 2) posenc::detail::fail(where, "rank", rank, "must be 1 or 2" + ctx);
+  const Index rows = rank == 2 ? info.shape[0] : 1;
+  const Index cols = rank == 2 ? info.shape[1] : info.shape[0];
   if (expected_rows >= 0 && rows != expected_rows)
     posenc::detail::fail(where, "rows", rows, "expected " + std::to_string(expected_rows) + ctx);
   if (expected_cols >= 0 && cols != expected_cols)
     posenc::detail::fail(where, "cols", cols, "expected " + std::to_string(expected_cols) + ctx);
-  return t.as_matrix();
+  matrix<Scalar> m(rows, cols);
+  detail::read_tensor_data(path, h, info, m.size(), m.data());
+  return m;
 }
 
 /// One named tensor to write, already encoded to its file dtype.

@@ -275,38 +275,60 @@ inline bool host_is_little_endian() noexcept {
   return first == 1;
 }
 
+/// A little-endian unsigned integer of type U at `p` (a plain load on little-endian hosts;
+/// the check folds to a constant).
+template <class U>
+U load_le_as(const unsigned char* p) noexcept {
+  U v;
+  if (host_is_little_endian()) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  return static_cast<U>(load_le(p, sizeof(U)));
+}
+
+// One loader per dtype, small enough to inline into the conversion loops.
+inline float load_f16(const unsigned char* p) noexcept { return half_to_float(load_le_as<std::uint16_t>(p)); }
+inline float load_bf16(const unsigned char* p) noexcept { return bf16_to_float(load_le_as<std::uint16_t>(p)); }
+inline float load_f32(const unsigned char* p) noexcept { return bits_float(load_le_as<std::uint32_t>(p)); }
+inline double load_f64(const unsigned char* p) noexcept {
+  const std::uint64_t u = load_le_as<std::uint64_t>(p);
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+}
+inline std::int64_t load_i32(const unsigned char* p) noexcept {
+  const std::uint32_t u = load_le_as<std::uint32_t>(p);
+  std::int32_t v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+inline std::int64_t load_i64(const unsigned char* p) noexcept {
+  const std::uint64_t u = load_le_as<std::uint64_t>(p);
+  std::int64_t v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+inline std::int64_t load_u8(const unsigned char* p) noexcept { return p[0]; }
+inline std::int64_t load_bool(const unsigned char* p) noexcept { return p[0] != 0 ? 1 : 0; }
+
 /// Element of a little-endian buffer of dtype `t`, as a double (float dtypes).
 inline double load_float(dtype t, const unsigned char* p) noexcept {
   switch (t) {
-    case dtype::f16: return half_to_float(static_cast<std::uint16_t>(load_le(p, 2)));
-    case dtype::bf16: return bf16_to_float(static_cast<std::uint16_t>(load_le(p, 2)));
-    case dtype::f32: return bits_float(static_cast<std::uint32_t>(load_le(p, 4)));
-    default: {
-      const std::uint64_t u = load_le(p, 8);
-      double d;
-      std::memcpy(&d, &u, sizeof d);
-      return d;
-    }
+    case dtype::f16: return load_f16(p);
+    case dtype::bf16: return load_bf16(p);
+    case dtype::f32: return load_f32(p);
+    default: return load_f64(p);
   }
 }
 
 /// Element of a little-endian buffer of an integer/bool dtype `t`, as int64.
 inline std::int64_t load_int(dtype t, const unsigned char* p) noexcept {
   switch (t) {
-    case dtype::i32: {
-      const auto u = static_cast<std::uint32_t>(load_le(p, 4));
-      std::int32_t v;
-      std::memcpy(&v, &u, sizeof v);
-      return v;
-    }
-    case dtype::i64: {
-      const std::uint64_t u = load_le(p, 8);
-      std::int64_t v;
-      std::memcpy(&v, &u, sizeof v);
-      return v;
-    }
-    case dtype::boolean: return p[0] != 0 ? 1 : 0;
-    default: return p[0];
+    case dtype::i32: return load_i32(p);
+    case dtype::i64: return load_i64(p);
+    case dtype::boolean: return load_bool(p);
+    default: return load_u8(p);
   }
 }
 
@@ -358,6 +380,34 @@ bool assign_from_int(std::int64_t v, Scalar& out) noexcept {
   }
 }
 
+/// Overloads picking the rule by the decoded value's type.
+template <class Scalar>
+bool assign_value(double v, Scalar& out) noexcept {
+  return assign_from_float(v, out);
+}
+template <class Scalar>
+bool assign_value(float v, Scalar& out) noexcept {
+  if constexpr (std::is_floating_point_v<Scalar>) {
+    out = v;  // float -> float or double: always exact, no range check needed
+    return true;
+  } else {
+    return assign_from_float(static_cast<double>(v), out);
+  }
+}
+template <class Scalar>
+bool assign_value(std::int64_t v, Scalar& out) noexcept {
+  return assign_from_int(v, out);
+}
+
+/// The element loop for one source dtype (`load` decodes one element), so the dtype switch
+/// stays outside the loop.
+template <class Scalar, class Load>
+Index decode_loop(const unsigned char* src, Index n, std::size_t w, Scalar* dst, Load load) noexcept {
+  for (Index i = 0; i < n; ++i)
+    if (!assign_value(load(src + static_cast<std::size_t>(i) * w), dst[i])) return i;
+  return -1;
+}
+
 /// Decodes `n` elements of dtype `t` from `src` into `dst`; returns the index of the first
 /// element that does not convert (see the rules above), or -1 when all converted.
 template <class Scalar>
@@ -367,11 +417,16 @@ Index decode_elements(dtype t, const unsigned char* src, Index n, Scalar* dst) n
     if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * w);
     return -1;
   }
-  for (Index i = 0; i < n; ++i) {
-    const unsigned char* p = src + static_cast<std::size_t>(i) * w;
-    const bool ok = dtype_is_float(t) ? assign_from_float(load_float(t, p), dst[i])
-                                      : assign_from_int(load_int(t, p), dst[i]);
-    if (!ok) return i;
+  // One lambda type per dtype: each loop is its own instantiation with the load inlined.
+  switch (t) {
+    case dtype::f16: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f16(p); });
+    case dtype::bf16: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_bf16(p); });
+    case dtype::f32: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f32(p); });
+    case dtype::f64: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f64(p); });
+    case dtype::i32: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_i32(p); });
+    case dtype::i64: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_i64(p); });
+    case dtype::u8: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_u8(p); });
+    case dtype::boolean: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_bool(p); });
   }
   return -1;
 }
@@ -536,6 +591,10 @@ void append_elements(std::vector<unsigned char>& bytes, const Scalar* data, Inde
   const std::size_t w = dtype_size(t);
   const std::size_t start = bytes.size();
   bytes.resize(start + static_cast<std::size_t>(n) * w);
+  if (t == dtype_of<Scalar>() && host_is_little_endian()) {
+    if (n > 0) std::memcpy(bytes.data() + start, data, static_cast<std::size_t>(n) * w);
+    return;
+  }
   for (Index i = 0; i < n; ++i) {
     if (!encode_element(t, data[i], bytes.data() + start + static_cast<std::size_t>(i) * w)) {
       std::ostringstream os;
