@@ -25,8 +25,8 @@
 
 #include <cmath>
 #include <cstddef>
-#include <numeric>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
