@@ -174,6 +174,47 @@ TEST_CASE("transformer-xl over many key chunks equals attention with the direct 
   }
 }
 
+TEST_CASE("transformer-xl decoding token by token equals one causal pass (sinusoid cache)",
+          "[attention][txl][memory]") {
+  std::mt19937 gen(27);
+  const Index l = 45, heads = 2, d = 4;
+  const auto xl = random_policy(heads, d, 6, gen);
+  const dmat q = random_matrix(l, heads * d, gen), k = random_matrix(l, heads * d, gen),
+             v = random_matrix(l, heads * d, gen);
+  xl.clear_cache();
+  CHECK(xl.cached_distances() == std::pair<Index, Index>{0, 1});
+  const dmat full = posenc::multi_head_attention(q, k, v, heads, heads, options(true, 0), xl);
+  xl.clear_cache();
+  Index grown = 0, last_hi = 0;
+  for (Index t = 0; t < l; ++t) {
+    const dmat step = posenc::multi_head_attention(dmat(q.row(t)), dmat(k.topRows(t + 1)),
+                                                   dmat(v.topRows(t + 1)), heads, heads,
+                                                   options(true, t), xl);
+    CHECK(posenc_test::max_abs_diff(step, full.row(t)) < 1e-12);
+    const auto range = xl.cached_distances();
+    CHECK(range.first >= t);  // covers distances t .. 0
+    CHECK(range.second <= 0);
+    if (range.first != last_hi) ++grown;
+    last_hi = range.first;
+  }
+  CHECK(grown < 10);  // extended now and then, not at every step
+  // A head built without the cache gives the same numbers as one built from it.
+  posenc::attention_shape s;
+  s.heads = heads;
+  s.len_q = 3;
+  s.len_k = 20;
+  s.dim = d;
+  s.dim_v = d;
+  s.q_offset = 17;
+  xl.check(s);
+  auto cached = xl.head(0, 1, s);
+  const auto copy = xl;
+  copy.clear_cache();
+  auto fresh = copy.head(0, 1, s);
+  CHECK((cached.p - fresh.p).cwiseAbs().maxCoeff() == 0.0);
+  CHECK((cached.r - fresh.r).cwiseAbs().maxCoeff() == 0.0);
+}
+
 TEST_CASE("transformer-xl attention matches the reference: terms (a)-(d)",
           "[attention][txl][golden]") {
   SECTION("two heads, W_R, memory of 3, causal") {

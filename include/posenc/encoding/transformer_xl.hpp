@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <utility>
 
 #include "../attention/policy.hpp"
@@ -237,11 +238,24 @@ class transformer_xl_relative : public policy_base {
     if (projected()) w_r_ -= (lr * g.w_r).template cast<Scalar>();
   }
 
+  /// Validates a call's shape, and makes sure the shared sinusoid cache covers the call's
+  /// distances q_offset+Lq-1 .. q_offset-(Lk-1), so that every head reuses one R table
+  /// (and decoding step by step extends it only now and then).
   void check(const attention_shape& shape) const {
     detail::require(shape.heads == heads_, "transformer_xl_relative", "heads", shape.heads,
                     "the call's query heads must equal the policy's heads");
     detail::require(shape.dim == dim_, "transformer_xl_relative", "dim", shape.dim,
                     "the call's head dim must equal the policy's dim");
+    prepare(shape.q_offset + shape.len_q - 1, shape.len_q + shape.len_k - 1);
+  }
+
+  /// Drops the sinusoid cache (it grows to the largest distance range seen, plus 25 %).
+  void clear_cache() const { std::atomic_store(&cache_, std::shared_ptr<const sinusoid_block>()); }
+
+  /// Distances the sinusoid cache holds now, as {largest, smallest} ({0, 1} when empty).
+  std::pair<Index, Index> cached_distances() const {
+    const auto c = std::atomic_load(&cache_);
+    return c ? std::pair<Index, Index>{c->hi, c->lo} : std::pair<Index, Index>{0, 1};
   }
 
   /// The hooks of one (batch, head).
@@ -316,7 +330,14 @@ class transformer_xl_relative : public policy_base {
     h.len_k = shape.len_k;
     h.first = shape.q_offset + shape.len_q - 1;
     const Index count = shape.len_q + shape.len_k - 1;
-    dmatrix r = count > 0 ? sinusoid(h.first, count) : dmatrix(0, dim_r());
+    dmatrix r;
+    if (count <= 0) {
+      r.resize(0, dim_r());
+    } else if (const auto c = covering(h.first, count)) {
+      r = c->r.middleRows(c->hi - h.first, count);  // same values as sinusoid(first, count)
+    } else {
+      r = sinusoid(h.first, count);
+    }
     if (projected()) {
       h.p = r * w_r_.middleCols(head * dim_, dim_).template cast<double>();
       h.r = std::move(r);
@@ -337,9 +358,42 @@ class transformer_xl_relative : public policy_base {
   Index dim_;
   Index dim_r_;
   double base_;
+  /// R for the distances hi, hi-1, ..., lo; immutable once published.
+  struct sinusoid_block {
+    Index hi = 0;
+    Index lo = 1;
+    dmatrix r;
+  };
+
+  // The cache that covers [first-count+1, first], or null.
+  std::shared_ptr<const sinusoid_block> covering(Index first, Index count) const {
+    auto c = std::atomic_load(&cache_);
+    if (c && c->hi >= first && c->lo <= first - count + 1) return c;
+    return nullptr;
+  }
+
+  // Publishes a block covering the old range, the new one, and 25 % headroom above (the
+  // positions of a decoder grow). Rows are computed per distance, so a row's values never
+  // depend on the block it sits in. Concurrent calls may both build; either result is right.
+  void prepare(Index first, Index count) const {
+    if (count <= 0 || covering(first, count)) return;
+    Index hi = first, lo = first - count + 1;
+    if (const auto old = std::atomic_load(&cache_)) {
+      hi = std::max(hi, old->hi);
+      lo = std::min(lo, old->lo);
+    }
+    hi += std::max<Index>(16, (hi - lo + 1) / 4);
+    auto block = std::make_shared<sinusoid_block>();
+    block->hi = hi;
+    block->lo = lo;
+    block->r = txl_sinusoid<double>(dim_r(), hi, hi - lo + 1, base_);
+    std::atomic_store(&cache_, std::shared_ptr<const sinusoid_block>(std::move(block)));
+  }
+
   matrix u_;
   matrix v_;
   matrix w_r_;
+  mutable std::shared_ptr<const sinusoid_block> cache_;
 };
 
 /// The segment memory of Transformer-XL: the last `mem_len` key and value rows.
