@@ -8,8 +8,8 @@
 ///     sin(p w) = sin(P w) cos(f w) + cos(P w) sin(f w)
 ///     cos(p w) = cos(P w) cos(f w) - sin(P w) sin(f w)
 ///
-/// The fine values sin/cos(f w_i) are a double table built once (B x n, std::sin/std::cos of
-/// the double angle f * w_i); the coarse values sin/cos(P w_i) are recomputed in double
+/// The fine values sin/cos(f w_i) are a double table (B x n, std::sin/std::cos of the
+/// double angle f * w_i, each row filled the first time it is needed); the coarse values sin/cos(P w_i) are recomputed in double
 /// (std::sin/std::cos of double(P) * w_i, the same angle the scalar kernels form) once per
 /// block of B consecutive positions; each output is then one multiply and one fused
 /// multiply-add in double, vectorised over i. Consecutive positions (tables, prefill, the
@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "../../core/view.hpp"
@@ -44,8 +45,10 @@ namespace simd {
 /// sin(p w_i), cos(p w_i), i < n, for integer positions p, vectorised with packet<double,
 /// Arch>; see the file comment for the method and its error bound.
 ///
-/// Usage: build once per frequency vector (allocates the B x n fine table), then call
-/// row(p, sink) for each position; sink(i, S, C, lanes) receives the packets of
+/// Usage: build once per frequency vector (allocates, but does not fill, the B x n fine
+/// table), then call row(p, sink) for each position. Cost in libm sin/cos pairs per
+/// frequency: L consecutive rows about min(L, 64) + L/64 instead of L; a single row 2.
+/// For each position, sink(i, S, C, lanes) receives the packets of
 /// sin/cos(p w_j) for j in [i, i + lanes) (lanes < packet size only in the last chunk; the
 /// unused lanes hold 0). row() never allocates or throws. Positions may be negative.
 template <class Arch>
@@ -59,17 +62,12 @@ class angle_addition {
   angle_addition(const double* w, Index n)
       : w_(w),
         n_(n),
-        fine_sin_(static_cast<std::size_t>(block * n)),
-        fine_cos_(static_cast<std::size_t>(block * n)),
+        // left uninitialised: a fine row is filled the first time a position needs it, so
+        // a call for a few rows neither computes nor touches all B of them
+        fine_sin_(new double[static_cast<std::size_t>(block * n)]),
+        fine_cos_(new double[static_cast<std::size_t>(block * n)]),
         coarse_sin_(static_cast<std::size_t>(n)),
-        coarse_cos_(static_cast<std::size_t>(n)) {
-    for (Index f = 0; f < block; ++f)
-      for (Index i = 0; i < n; ++i) {
-        const double a = static_cast<double>(f) * w[i];
-        fine_sin_[static_cast<std::size_t>(f * n + i)] = std::sin(a);
-        fine_cos_[static_cast<std::size_t>(f * n + i)] = std::cos(a);
-      }
-  }
+        coarse_cos_(static_cast<std::size_t>(n)) {}
 
   Index size() const noexcept { return n_; }
 
@@ -82,8 +80,9 @@ class angle_addition {
     const Index base = q * block;
     if (base != coarse_base_) set_coarse(base);
     const Index f = p - base;
-    const double* fs = fine_sin_.data() + f * n_;
-    const double* fc = fine_cos_.data() + f * n_;
+    if (!have_fine_[f]) set_fine(f);
+    const double* fs = fine_sin_.get() + f * n_;
+    const double* fc = fine_cos_.get() + f * n_;
     const double* cs = coarse_sin_.data();
     const double* cc = coarse_cos_.data();
     constexpr int W = packet_type::size;
@@ -108,6 +107,15 @@ class angle_addition {
     sink(i, s, c, lanes);
   }
 
+  void set_fine(Index f) noexcept {
+    for (Index i = 0; i < n_; ++i) {
+      const double a = static_cast<double>(f) * w_[i];
+      fine_sin_[static_cast<std::size_t>(f * n_ + i)] = std::sin(a);
+      fine_cos_[static_cast<std::size_t>(f * n_ + i)] = std::cos(a);
+    }
+    have_fine_[f] = true;
+  }
+
   void set_coarse(Index base) noexcept {
     for (Index i = 0; i < n_; ++i) {
       const double a = static_cast<double>(base) * w_[i];
@@ -119,7 +127,9 @@ class angle_addition {
 
   const double* w_;
   Index n_;
-  std::vector<double> fine_sin_, fine_cos_, coarse_sin_, coarse_cos_;
+  std::unique_ptr<double[]> fine_sin_, fine_cos_;  // B x n, row f valid once have_fine_[f]
+  std::vector<double> coarse_sin_, coarse_cos_;
+  bool have_fine_[block] = {};
   Index coarse_base_ = std::numeric_limits<Index>::min();
 };
 
