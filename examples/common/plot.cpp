@@ -217,7 +217,7 @@ axis_ticks index_ticks(Eigen::Index n, double start, int length_px, int label_px
   } else {
     const double lo = start, hi = start + static_cast<double>(n - 1);
     std::vector<double> v =
-        nice_ticks(lo, hi, std::clamp(length_px / std::max(label_px, 1), 2, 10));
+        nice_ticks(lo, hi, std::clamp(length_px / std::max(label_px, 1), 2, 10), true);
     const double step = v.size() > 1 ? v[1] - v[0] : 1.0;
     if (step < 1) {  // indices are integers: no fractional ticks
       v.clear();
@@ -374,14 +374,18 @@ void draw_disc(image& img, double cx, double cy, double radius, rgb c) {
     }
 }
 
-std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
+std::vector<double> nice_ticks(double lo, double hi, int max_ticks, bool integer_steps) {
   if (!std::isfinite(lo) || !std::isfinite(hi)) return {};
   if (hi < lo) std::swap(lo, hi);
   if (hi == lo) return {lo};
-  const double rough = (hi - lo) / std::max(1, max_ticks - 1);
+  double rough = (hi - lo) / std::max(1, max_ticks - 1);
+  if (integer_steps) rough = std::max(rough, 1.0);
   const double mag = std::pow(10.0, std::floor(std::log10(rough)));
   const double norm = rough / mag;
-  const double step = (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
+  // 2.5 only where it stays a whole number when whole numbers are asked for (25, 250, ...).
+  const bool quarter = !integer_steps || mag >= 10;
+  const double step =
+      (norm <= 1 ? 1 : norm <= 2 ? 2 : (quarter && norm <= 2.5) ? 2.5 : norm <= 5 ? 5 : 10) * mag;
   std::vector<double> out;
   const double first = std::ceil(lo / step - 1e-9);
   for (double k = first;; k += 1) {

@@ -82,9 +82,9 @@ void draw_line(image& img, double x0, double y0, double x1, double y1, double wi
 /// An anti-aliased filled disc.
 void draw_disc(image& img, double cx, double cy, double radius, rgb c);
 
-/// Round tick positions ("1, 2, 5 times a power of ten" steps) covering [lo, hi], at most
-/// about `max_ticks` of them, all inside [lo, hi].
-std::vector<double> nice_ticks(double lo, double hi, int max_ticks);
+/// Round tick positions (steps of 1, 2, 2.5 or 5 times a power of ten) inside [lo, hi],
+/// at most `max_ticks` of them. With `integer_steps` the step is a whole number (index axes).
+std::vector<double> nice_ticks(double lo, double hi, int max_ticks, bool integer_steps = false);
 /// A tick label: as many decimals as the tick step needs, no "-0".
 std::string format_tick(double value, double step);
 

@@ -138,6 +138,17 @@ TEST_CASE("nice ticks and their labels") {
   CHECK(plot::nice_ticks(0, 99, 6) == std::vector<double>{0, 20, 40, 60, 80});
   CHECK(plot::nice_ticks(-1, 1, 5) == std::vector<double>{-1, -0.5, 0, 0.5, 1});
   CHECK(plot::nice_ticks(3, 3, 5) == std::vector<double>{3});
+  CHECK(plot::nice_ticks(-2, 101, 6) == std::vector<double>{0, 25, 50, 75, 100});
+  CHECK(plot::nice_ticks(0, 9, 5, true) == std::vector<double>{0, 5});
+  CHECK(plot::nice_ticks(0, 9, 5) == std::vector<double>{0, 2.5, 5, 7.5});
+  CHECK(plot::nice_ticks(0, 3, 10, true) == std::vector<double>{0, 1, 2, 3});
+  for (int max_ticks = 2; max_ticks <= 10; ++max_ticks)
+    for (double hi : {0.7, 9.0, 37.0, 99.0, 1234.0, 4095.0}) {
+      const auto t = plot::nice_ticks(0, hi, max_ticks, true);
+      CHECK(!t.empty());
+      CHECK(static_cast<int>(t.size()) <= max_ticks);
+      for (double v : t) CHECK(v == std::round(v));
+    }
   for (double t : plot::nice_ticks(-0.037, 0.081, 6)) {
     CHECK(t >= -0.037);
     CHECK(t <= 0.081);
