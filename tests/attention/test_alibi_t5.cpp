@@ -193,6 +193,15 @@ TEST_CASE("T5 bias policy depends only on j - i and reads the table", "[t5]") {
         if (i > 0 && j > 0) CHECK(b(i, j) == b(i - 1, j - 1));
       }
   }
+  // A far query offset (a long KV cache) costs nothing extra and stays exact.
+  s.q_offset = Index(1) << 40;
+  s.len_q = 2;
+  s.len_k = 3;
+  for (Index h = 0; h < 3; ++h) {
+    const auto b = posenc::materialize_bias(p, 0, h, s);
+    for (Index i = 0; i < 2; ++i)
+      for (Index j = 0; j < 3; ++j) CHECK(b(i, j) == table(posenc::t5_bucket(j - (s.q_offset + i), p.config()), h));
+  }
   const auto one = p.only_head(2);
   CHECK(one.heads() == 1);
   CHECK(max_abs_diff(one.table(), table.col(2)) == 0.0);

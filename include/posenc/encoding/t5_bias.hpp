@@ -148,7 +148,8 @@ class t5_bias_policy : public policy_base {
   }
 
   /// Per head: the bias and bucket of every relative distance the call can meet,
-  /// relative = j - pos in [-(q_offset + Lq - 1), Lk - 1], computed once (no log per logit).
+  /// relative = j - pos in [-(q_offset + Lq - 1), Lk - 1 - q_offset], computed once (no log
+  /// per logit; Lq + Lk - 1 entries, independent of the offset).
   struct head_type : head_base {
     Index rel_min = 0, h = 0;
     std::vector<double> bias_by_rel;
@@ -166,9 +167,11 @@ class t5_bias_policy : public policy_base {
   head_type head(Index /*batch*/, Index h, const attention_shape& s) const {
     head_type t;
     t.h = h;
-    t.rel_min = -(s.q_offset + std::max<Index>(s.len_q, 1) - 1);
-    const Index rel_max = std::max<Index>(s.len_k - 1, 0);
-    const auto n = static_cast<std::size_t>(rel_max - t.rel_min + 1);
+    // Only Lq + Lk - 1 distances occur, whatever the offset: j - pos for j < Lk and
+    // pos in [q_offset, q_offset + Lq).
+    const Index lq = std::max<Index>(s.len_q, 1), lk = std::max<Index>(s.len_k, 1);
+    t.rel_min = -(s.q_offset + lq - 1);
+    const auto n = static_cast<std::size_t>(lq + lk - 1);
     t.bias_by_rel.resize(n);
     t.bucket_by_rel.resize(n);
     for (std::size_t r = 0; r < n; ++r) {
