@@ -53,7 +53,7 @@ struct attention_mask {
 
 /// Options of one attention call.
 struct attention_options {
-  /// Logit scale; <= 0 means the default 1/sqrt(d). T5 uses 1.
+  /// Logit scale; 0 (the default) selects 1/sqrt(d). Must be finite and >= 0. T5 uses 1.
   double scale = 0.0;
   /// Absolute position of query row 0 (keys sit at 0..Lk-1). Must be >= 0.
   Index q_offset = 0;
