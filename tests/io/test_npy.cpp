@@ -79,6 +79,20 @@ TEST_CASE("npy: numpy-written float fixtures of rank 0 to 4", "[io][npy]") {
   }
 }
 
+TEST_CASE("npy: header info without the data", "[io][npy]") {
+  const io::npy_info a = io::read_npy_info(data_path("io/f4_2x3.npy"));
+  CHECK(a.type == io::dtype::f32);
+  CHECK(a.descr == "<f4");
+  CHECK(a.shape == std::vector<Index>{2, 3});
+  const io::npy_info b = io::read_npy_info(data_path("io/i8_2x4.npy"));
+  CHECK(b.type == io::dtype::i64);
+  CHECK(io::read_npy_info(data_path("io/f2_specials.npy")).type == io::dtype::f16);
+  CHECK(io::read_npy_info(data_path("io/b1_4.npy")).type == io::dtype::boolean);
+  CHECK(io::read_npy_info(data_path("io/f8_rank0.npy")).shape.empty());
+  POSENC_REQUIRE_ERROR(io::read_npy_info(data_path("io/f8_fortran_2x3.npy")), "fortran_order = True");
+  POSENC_REQUIRE_ERROR(io::read_npy_info(data_path("io/wpe.safetensors")), "bad magic");
+}
+
 TEST_CASE("npy: integer and bool fixtures, exact conversions", "[io][npy]") {
   const auto i8 = io::read_npy<std::int64_t>(data_path("io/i8_2x4.npy"));
   CHECK(i8.shape == std::vector<Index>{2, 4});
@@ -267,6 +281,7 @@ TEST_CASE("npy: corrupted and unsupported files are clear errors", "[io][npy]") 
 
   POSENC_REQUIRE_ERROR(io::read_npy<double>(tmp_path("does/not/exist.npy")), "cannot open");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(tmp_path("does/not/exist.npy")), "path = ");
+  POSENC_REQUIRE_ERROR(io::read_npy<double>(std::string(POSENC_TEST_TMP_DIR)), "path = ");  // a directory
   POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("empty.npy", "")), "truncated");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("short.npy", "\x93NUMP")), "truncated");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("magic.npy", "PK\x03\x04 this is a zip file")),

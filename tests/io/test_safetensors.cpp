@@ -214,6 +214,7 @@ TEST_CASE("safetensors: corrupted headers and data are clear errors", "[io][safe
             .data.size() == 2);
 
   POSENC_REQUIRE_ERROR(read(tmp_path("no/such.safetensors")), "cannot open");
+  POSENC_REQUIRE_ERROR(read(std::string(POSENC_TEST_TMP_DIR)), "path = ");  // a directory
   POSENC_REQUIRE_ERROR(read(write_bytes("short.safetensors", "abc")), "shorter than the 8-byte header length");
   POSENC_REQUIRE_ERROR(read(write_bytes("hl.safetensors", le_bytes(1000, 8) + ok)),
                        "header length 1000 runs past the end of the file");

@@ -299,6 +299,21 @@ inline const char* npy_descr(dtype t) noexcept {
 
 }  // namespace detail
 
+/// What an `.npy` file holds, without its data.
+struct npy_info {
+  dtype type = dtype::f64;   ///< element type
+  std::string descr;         ///< the header's descr, e.g. "<f4"
+  std::vector<Index> shape;  ///< extents, outermost first (empty: rank 0)
+};
+
+/// Reads and validates an `.npy` header (everything read_npy checks except the values),
+/// e.g. to pick the Scalar to read a file with. Throws posenc::error like read_npy.
+inline npy_info read_npy_info(const std::string& path) {
+  detail::input_file f(path, "io::read_npy");
+  const detail::npy_header h = detail::read_npy_header(f, path);
+  return npy_info{h.type, h.descr, h.shape};
+}
+
 /// Reads a `.npy` file (format 1.0, 2.0 or 3.0; C order) into a tensor of Scalar
 /// (float, double, std::int64_t, std::int32_t or std::uint8_t).
 /// The file's dtype converts to Scalar as described in tensor.hpp: float dtypes become
