@@ -30,18 +30,13 @@ Usage:  absolute.py            write tests/data/absolute_*
 """
 import json
 import math
-import os
 import struct
 import sys
 from fractions import Fraction
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
+import _golden  # exits 77 (skip) when numpy is missing
+import numpy as np
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 MASK = (1 << 64) - 1
 
 
@@ -240,47 +235,9 @@ def self_checks():
     assert splitmix64(1234567)[1] == 6457827717110365317
 
 
-def save(name, value):
-    path = os.path.join(DATA, name)
-    if isinstance(value, bytes):
-        with open(path, "wb") as f:
-            f.write(value)
-    else:
-        np.save(path, value)
-
-
-def check(name, value):
-    path = os.path.join(DATA, name)
-    if not os.path.exists(path):
-        print(f"MISSING {name}")
-        return False
-    if isinstance(value, bytes):
-        with open(path, "rb") as f:
-            ok = f.read() == value
-    else:
-        got = np.load(path)
-        ok = got.dtype == value.dtype and got.shape == value.shape
-        if ok and value.dtype.kind == "f":
-            ok = np.allclose(got, value, rtol=1e-13, atol=1e-15)
-        elif ok:
-            ok = np.array_equal(got, value)
-    if not ok:
-        print(f"MISMATCH {name}")
-    return ok
-
-
 def main():
     self_checks()
-    out = goldens()
-    if "--check" in sys.argv[1:]:
-        ok = all([check(n, v) for n, v in out.items()])
-        print(f"absolute.py --check: {len(out)} files, {'ok' if ok else 'FAILED'}")
-        return 0 if ok else 1
-    os.makedirs(DATA, exist_ok=True)
-    for n, v in out.items():
-        save(n, v)
-    print(f"wrote {len(out)} files to {os.path.abspath(DATA)}")
-    return 0
+    return _golden.main("absolute.py", goldens(), rtol=1e-13, atol=1e-15)
 
 
 if __name__ == "__main__":

@@ -28,16 +28,11 @@ Usage:  rotary.py            write tests/data/rotary_*.npy
         rotary.py --check    regenerate in memory, compare with the committed files
                              (exit 1 on any mismatch or missing file)
 """
-import os
 import sys
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
+import _golden  # exits 77 (skip) when numpy is missing
+import numpy as np
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 PREFIX = "rotary_"
 
 
@@ -199,31 +194,7 @@ def self_check(g):
 def main():
     g = make_goldens()
     self_check(g)
-    if "--check" in sys.argv[1:]:
-        bad = 0
-        for name, arr in sorted(g.items()):
-            path = os.path.join(DATA, PREFIX + name + ".npy")
-            if not os.path.exists(path):
-                print("missing:", path)
-                bad += 1
-                continue
-            ref = np.load(path)
-            if ref.shape != arr.shape or ref.dtype != arr.dtype:
-                print("shape/dtype mismatch:", path, ref.shape, ref.dtype, arr.shape, arr.dtype)
-                bad += 1
-            elif not np.allclose(ref, arr, rtol=1e-12, atol=1e-12):
-                print("value mismatch:", path, np.max(np.abs(ref - arr)))
-                bad += 1
-        print("rotary reference: %d files, %d mismatches" % (len(g), bad))
-        return 1 if bad else 0
-    os.makedirs(DATA, exist_ok=True)
-    total = 0
-    for name, arr in sorted(g.items()):
-        path = os.path.join(DATA, PREFIX + name + ".npy")
-        np.save(path, arr)
-        total += os.path.getsize(path)
-    print("wrote %d files, %d bytes" % (len(g), total))
-    return 0
+    return _golden.main("rotary.py", _golden.npy_files(PREFIX, g), rtol=1e-12, atol=1e-12)
 
 
 if __name__ == "__main__":
