@@ -4,6 +4,7 @@
 #include <posenc/backend/simd/avx512.hpp>
 #include <posenc/backend/simd/neon.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -63,6 +64,23 @@ void check_packet_ops() {
   for (int i = 0; i < W; ++i) a[i] = T(i);
   swap_pairs(P::load(a)).store(out);
   for (int i = 0; i < W; ++i) CHECK(out[i] == T(i ^ 1));
+
+  // max/min lane-wise; reductions over every lane (the extreme in each position in turn)
+  for (int i = 0; i < W; ++i) {
+    a[i] = T(i % 3) - T(1);
+    b[i] = T(1) - T(i % 2);
+  }
+  max(P::load(a), P::load(b)).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == std::max(a[i], b[i]));
+  min(P::load(a), P::load(b)).store(out);
+  for (int i = 0; i < W; ++i) CHECK(out[i] == std::min(a[i], b[i]));
+  for (int k = 0; k < W; ++k) {
+    for (int i = 0; i < W; ++i) a[i] = T(i == k ? 100 : -i) + T(0.25);
+    T sum = 0;
+    for (int i = 0; i < W; ++i) sum += a[i];  // exact: small integers plus quarters
+    CHECK(reduce_max(P::load(a)) == T(100.25));
+    CHECK(reduce_add(P::load(a)) == sum);
+  }
 }
 
 template <class B>

@@ -66,6 +66,18 @@ inline avx2_f32 fnmadd(avx2_f32 a, avx2_f32 b, avx2_f32 c) noexcept {
   return {_mm256_fnmadd_ps(a.v, b.v, c.v)};
 }
 inline avx2_f32 swap_pairs(avx2_f32 a) noexcept { return {_mm256_permute_ps(a.v, 0xB1)}; }
+inline avx2_f32 max(avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_max_ps(a.v, b.v)}; }
+inline avx2_f32 min(avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_min_ps(a.v, b.v)}; }
+inline float reduce_add(avx2_f32 a) noexcept {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+inline float reduce_max(avx2_f32 a) noexcept {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
 
 // double
 inline avx2_f64 operator+(avx2_f64 a, avx2_f64 b) noexcept { return {_mm256_add_pd(a.v, b.v)}; }
@@ -78,6 +90,16 @@ inline avx2_f64 fnmadd(avx2_f64 a, avx2_f64 b, avx2_f64 c) noexcept {
   return {_mm256_fnmadd_pd(a.v, b.v, c.v)};
 }
 inline avx2_f64 swap_pairs(avx2_f64 a) noexcept { return {_mm256_permute_pd(a.v, 0x5)}; }
+inline avx2_f64 max(avx2_f64 a, avx2_f64 b) noexcept { return {_mm256_max_pd(a.v, b.v)}; }
+inline avx2_f64 min(avx2_f64 a, avx2_f64 b) noexcept { return {_mm256_min_pd(a.v, b.v)}; }
+inline double reduce_add(avx2_f64 a) noexcept {
+  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a.v), _mm256_extractf128_pd(a.v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+inline double reduce_max(avx2_f64 a) noexcept {
+  const __m128d s = _mm_max_pd(_mm256_castpd256_pd128(a.v), _mm256_extractf128_pd(a.v, 1));
+  return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
+}
 
 inline void store_interleaved(double* dst, avx2_f64 a, avx2_f64 b) noexcept {
   const __m256d lo = _mm256_unpacklo_pd(a.v, b.v);  // a0 b0 a2 b2

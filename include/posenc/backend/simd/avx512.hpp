@@ -2,9 +2,10 @@
 /// \file
 /// AVX-512 packets (x86-64-v4: F/VL/BW/DQ): packet<float, backend::avx512> (16 lanes) and
 /// packet<double, backend::avx512> (8 lanes). Defined only when POSENC_ARCH_AVX512 is 1.
-/// Partial loads and stores use k-masks (masked-off lanes are never accessed). Shuffles and
-/// conversions use the all-ones zero-masking forms: same instructions, but GCC 12's
-/// unmasked forms start from _mm512_undefined_*() and trip -Wmaybe-uninitialized.
+/// Partial loads and stores use k-masks (masked-off lanes are never accessed). Shuffles,
+/// conversions, max/min and half extraction use the all-ones zero-masking forms: the same
+/// instructions, but GCC 12's unmasked forms start from _mm512_undefined_*() and trip
+/// -Wmaybe-uninitialized (-Werror) once inlined. Prefer them in new AVX-512 code too.
 /// The operations are listed in packet.hpp.
 
 #include "packet.hpp"
@@ -67,6 +68,20 @@ inline avx512_f32 fnmadd(avx512_f32 a, avx512_f32 b, avx512_f32 c) noexcept {
   return {_mm512_fnmadd_ps(a.v, b.v, c.v)};
 }
 inline avx512_f32 swap_pairs(avx512_f32 a) noexcept { return {_mm512_maskz_permute_ps(0xFFFF, a.v, 0xB1)}; }
+inline avx512_f32 max(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_maskz_max_ps(0xFFFF, a.v, b.v)}; }
+inline avx512_f32 min(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_maskz_min_ps(0xFFFF, a.v, b.v)}; }
+inline float reduce_add(avx512_f32 a) noexcept {
+  __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0), _mm512_maskz_extractf32x8_ps(0xFF, a.v, 1));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+inline float reduce_max(avx512_f32 a) noexcept {
+  __m256 h = _mm256_max_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0), _mm512_maskz_extractf32x8_ps(0xFF, a.v, 1));
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
 
 // double
 inline avx512_f64 operator+(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_add_pd(a.v, b.v)}; }
@@ -79,6 +94,18 @@ inline avx512_f64 fnmadd(avx512_f64 a, avx512_f64 b, avx512_f64 c) noexcept {
   return {_mm512_fnmadd_pd(a.v, b.v, c.v)};
 }
 inline avx512_f64 swap_pairs(avx512_f64 a) noexcept { return {_mm512_maskz_permute_pd(0xFF, a.v, 0x55)}; }
+inline avx512_f64 max(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_maskz_max_pd(0xFF, a.v, b.v)}; }
+inline avx512_f64 min(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_maskz_min_pd(0xFF, a.v, b.v)}; }
+inline double reduce_add(avx512_f64 a) noexcept {
+  const __m256d h = _mm256_add_pd(_mm512_maskz_extractf64x4_pd(0xF, a.v, 0), _mm512_maskz_extractf64x4_pd(0xF, a.v, 1));
+  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+inline double reduce_max(avx512_f64 a) noexcept {
+  const __m256d h = _mm256_max_pd(_mm512_maskz_extractf64x4_pd(0xF, a.v, 0), _mm512_maskz_extractf64x4_pd(0xF, a.v, 1));
+  const __m128d s = _mm_max_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+  return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
+}
 
 inline void store_interleaved(double* dst, avx512_f64 a, avx512_f64 b) noexcept {
   const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);

@@ -67,6 +67,10 @@ inline neon_f32 operator*(neon_f32 a, neon_f32 b) noexcept { return {vmulq_f32(a
 inline neon_f32 fmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept { return {vfmaq_f32(c.v, a.v, b.v)}; }
 inline neon_f32 fnmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept { return {vfmsq_f32(c.v, a.v, b.v)}; }
 inline neon_f32 swap_pairs(neon_f32 a) noexcept { return {vrev64q_f32(a.v)}; }
+inline neon_f32 max(neon_f32 a, neon_f32 b) noexcept { return {vmaxq_f32(a.v, b.v)}; }
+inline neon_f32 min(neon_f32 a, neon_f32 b) noexcept { return {vminq_f32(a.v, b.v)}; }
+inline float reduce_add(neon_f32 a) noexcept { return vaddvq_f32(a.v); }
+inline float reduce_max(neon_f32 a) noexcept { return vmaxvq_f32(a.v); }
 
 // double
 inline neon_f64 operator+(neon_f64 a, neon_f64 b) noexcept { return {vaddq_f64(a.v, b.v)}; }
@@ -75,6 +79,10 @@ inline neon_f64 operator*(neon_f64 a, neon_f64 b) noexcept { return {vmulq_f64(a
 inline neon_f64 fmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept { return {vfmaq_f64(c.v, a.v, b.v)}; }
 inline neon_f64 fnmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept { return {vfmsq_f64(c.v, a.v, b.v)}; }
 inline neon_f64 swap_pairs(neon_f64 a) noexcept { return {vextq_f64(a.v, a.v, 1)}; }
+inline neon_f64 max(neon_f64 a, neon_f64 b) noexcept { return {vmaxq_f64(a.v, b.v)}; }
+inline neon_f64 min(neon_f64 a, neon_f64 b) noexcept { return {vminq_f64(a.v, b.v)}; }
+inline double reduce_add(neon_f64 a) noexcept { return vaddvq_f64(a.v); }
+inline double reduce_max(neon_f64 a) noexcept { return vmaxvq_f64(a.v); }
 
 inline void store_interleaved(double* dst, neon_f64 a, neon_f64 b) noexcept {
   vst1q_f64(dst, vzip1q_f64(a.v, b.v));

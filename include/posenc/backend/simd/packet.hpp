@@ -20,13 +20,17 @@
 ///     a.store(p)  a.store_partial(p, n)                 unaligned store of all / n lanes
 ///     a + b   a - b   a * b   fmadd(a, b, c) = a*b + c (fused)   fnmadd(a, b, c) = c - a*b
 ///     swap_pairs(a)                   lanes (0 1)(2 3)... exchanged: [a1 a0 a3 a2 ...]
+///     max(a, b)  min(a, b)            lane-wise (NaN handling follows the instruction set)
+///     reduce_add(a)  reduce_max(a)    one scalar from all lanes, as a pairwise tree whose
+///                                     order is per architecture (sums may differ between
+///                                     backends in the last bits)
 ///     store_interleaved(dst, a, b)    writes [a0 b0 a1 b1 ...] (2*size values); for double
 ///                                     packets also into a float dst (each value rounded once)
 ///     store_cvt(float* dst, a)        double packet rounded to float, `size` values
 ///
 /// IEEE single/double arithmetic is the same on every architecture, so a kernel written
-/// with these operations gives bit-identical results on AVX2, AVX-512 and NEON (fmadd is a
-/// true fused multiply-add everywhere).
+/// with the lane-wise operations gives bit-identical results on AVX2, AVX-512 and NEON
+/// (fmadd is a true fused multiply-add everywhere); only the reductions' order differs.
 
 #include <type_traits>
 
