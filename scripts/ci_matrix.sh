@@ -32,10 +32,15 @@ skip='^(reference_|consumer_)'
 json_py="$(command -v python3)"
 
 summary=()
+# CPU seconds (user + sys) used so far by this script's child processes.
+cpu_seconds() {
+  times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
+}
 run_config() {
   local name="$1"
   shift
-  local dir="$root/$name" start=$SECONDS
+  local dir="$root/$name" start=$SECONDS cpu0
+  cpu0=$(cpu_seconds)
   echo "== ci_matrix: $name"
   cmake -S . -B "$dir" "${common[@]}" "$@"
   local built=$SECONDS
@@ -59,15 +64,21 @@ print(" ".join(sorted(names)))' "$dir")
   fi
   local tested=$SECONDS
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" -E "$skip"
-  summary+=("$(printf '%-6s build %4d s  tests %4d s  total %4d s' "$name" \
-    $((tested - built)) $((SECONDS - tested)) $((SECONDS - start)))")
+  # CPU time as well as wall time: on a shared machine wall time includes waiting for a core
+  summary+=("$(printf '%-6s build %5d s  tests %5d s  total %5d s wall, %6d s CPU' "$name" \
+    $((tested - built)) $((SECONDS - tested)) $((SECONDS - start)) $(($(cpu_seconds) - cpu0)))")
 }
 
 for c in "${configs[@]}"; do
   case "$c" in
     v3) run_config v3 -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx2 ;;
-    v4) run_config v4 -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v4" \
+    # GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (their unmasked
+    # forms start from _mm512_undefined_*()) once Eigen's AVX-512 reductions are inlined into
+    # a test: a known false positive in headers posenc does not own (posenc's packet layer
+    # avoids it), so it is not an error in this configuration.
+    v4) run_config v4 -DCMAKE_CXX_COMPILER=g++ \
+          -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v4 -Wno-maybe-uninitialized" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx512 ;;
     # clang also builds the examples (the CLI tests run), as the README build does with g++
     clang) run_config clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
