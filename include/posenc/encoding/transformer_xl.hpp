@@ -317,8 +317,8 @@ class transformer_xl_relative : public policy_base {
       }
     }
 
-    // Keys 0..Lk-1 of the query at pos have distances pos..pos-Lk+1: rows first-pos ...
-    // first-pos+Lk-1 of P (and R).
+    // Key j of the query at pos has distance pos - j: row first - pos + j of P (and R), so
+    // a row's keys are a contiguous window. score() fills terms (b)+(d) this many keys at a time.
     static constexpr Index chunk = 64;
   };
 
