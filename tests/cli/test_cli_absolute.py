@@ -6,37 +6,17 @@ unknown flags and bad values exit non-zero with exactly one line on stderr and n
 Usage:  test_cli_absolute.py PATH/TO/posenc
 """
 import os
-import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
-import absolute as ref  # noqa: E402
-
-FAILURES = []
-
-
-def expect(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what)
-
-
-def run(cli, *argv):
-    p = subprocess.run([cli, *argv], capture_output=True, text=True, timeout=60)
-    return p.returncode, p.stdout, p.stderr
+from cli_testlib import expect, expect_one_line_error, np, remove, run
+import cli_testlib
+import absolute as ref  # noqa: E402  (tests/reference, put on sys.path by cli_testlib)
 
 
 def table(cli, tmp, *argv):
     out = os.path.join(tmp, "t.npy")
-    if os.path.exists(out):
-        os.remove(out)
+    remove(out)
     rc, so, se = run(cli, *argv, "--out", out)
     expect(rc == 0, f"{argv}: rc {rc}, stderr {se!r}")
     expect(se == "", f"{argv}: stderr not empty: {se!r}")
@@ -50,10 +30,9 @@ def close(got, want, tol, what):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__)
+    cli = cli_testlib.cli_path(__doc__)
+    if cli is None:
         return 2
-    cli = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
         # help
         rc, so, se = run(cli, "--help")
@@ -123,20 +102,17 @@ def main():
         ]
         for argv in bad:
             rc, so, se = run(cli, *argv, "--out", out)
-            lines = se.splitlines()
-            expect(rc != 0, f"{argv}: exit status {rc}")
-            expect(len(lines) == 1 and lines[0].strip() != "", f"{argv}: stderr {se!r} is not one line")
-            expect(not os.path.exists(out), f"{argv}: wrote a file")
+            expect_one_line_error(argv, rc, se, out=out)
         for argv in (["sinusoidal", "--dim", "6", "--len", "4"], ["nonsense"],
                      ["learned", "--dim", "6", "--len", "4", "--seed", "1", "--out"]):
             rc, so, se = run(cli, *argv)
-            expect(rc != 0 and len(se.splitlines()) == 1, f"{argv}: one-line error")
-        rc, so, se = run(cli, "sinusoidal", "--dim", "6", "--len", "4", "--out",
-                         os.path.join(tmp, "no_such_dir", "x.npy"))
-        expect(rc != 0 and len(se.splitlines()) == 1, "unwritable --out: one-line error")
+            expect_one_line_error(argv, rc, se)
+        argv = ["sinusoidal", "--dim", "6", "--len", "4", "--out",
+                os.path.join(tmp, "no_such_dir", "x.npy")]
+        rc, so, se = run(cli, *argv)
+        expect_one_line_error(["unwritable --out", *argv], rc, se)
 
-    print(f"test_cli_absolute: {'FAILED' if FAILURES else 'ok'} ({len(FAILURES)} failures)")
-    return 1 if FAILURES else 0
+    return cli_testlib.finish("test_cli_absolute")
 
 
 if __name__ == "__main__":

@@ -8,40 +8,19 @@ partial rotary, offsets, float32 and float64 files, --inv-freq-out and
 Usage:  test_cli_rope.py PATH/TO/posenc
 """
 import os
-import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
-import rotary as rot  # noqa: E402
+from cli_testlib import expect, expect_one_line_error, np, remove, run
+import cli_testlib
+import rotary as rot  # noqa: E402  (tests/reference, put on sys.path by cli_testlib)
 import rope_scaling as sc  # noqa: E402
-
-FAILURES = []
-
-
-def expect(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what)
-
-
-def run(cli, *argv):
-    p = subprocess.run([cli, *map(str, argv)], capture_output=True, text=True, timeout=120)
-    return p.returncode, p.stdout, p.stderr
 
 
 def rope(cli, tmp, x, *argv):
     """Writes x, runs `posenc rope ... --in --out`, returns (y, inv_freq, stdout)."""
     xin, yout, fout = (os.path.join(tmp, n) for n in ("x.npy", "y.npy", "f.npy"))
-    for p in (yout, fout):
-        if os.path.exists(p):
-            os.remove(p)
+    remove(yout, fout)
     np.save(xin, x)
     rc, so, se = run(cli, "rope", *argv, "--in", xin, "--out", yout, "--inv-freq-out", fout)
     expect(rc == 0, f"{argv}: rc {rc}, stderr {se!r}")
@@ -59,10 +38,9 @@ def attention_factor_of(stdout):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__)
+    cli = cli_testlib.cli_path(__doc__)
+    if cli is None:
         return 2
-    cli = sys.argv[1]
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as tmp:
         rc, so, se = run(cli, "--help")
@@ -173,16 +151,13 @@ def main():
         for argv, needle in bad:
             out = os.path.join(tmp, "never.npy")
             rc, so, se = run(cli, "rope", *argv, "--in", xin, "--out", out)
-            lines = se.splitlines()
-            expect(rc != 0, f"{argv}: exit status {rc}")
-            expect(len(lines) == 1 and needle in lines[0], f"{argv}: stderr {se!r} (want one line with {needle!r})")
-            expect(not os.path.exists(out), f"{argv}: wrote a file")
-        rc, so, se = run(cli, "rope", "--head-dim", 16, "--in", os.path.join(tmp, "missing.npy"),
-                         "--out", os.path.join(tmp, "o.npy"))
-        expect(rc != 0 and len(se.splitlines()) == 1, f"missing input: rc {rc}, stderr {se!r}")
+            expect_one_line_error(argv, rc, se, out=out, needle=needle)
+        argv = ["rope", "--head-dim", 16, "--in", os.path.join(tmp, "missing.npy"),
+                "--out", os.path.join(tmp, "o.npy")]
+        rc, so, se = run(cli, *argv)
+        expect_one_line_error(["missing input", *argv], rc, se)
 
-    print("test_cli_rope: %d failures" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return cli_testlib.finish("test_cli_rope")
 
 
 if __name__ == "__main__":
