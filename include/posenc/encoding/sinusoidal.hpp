@@ -41,6 +41,7 @@
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
 #include "../core/view.hpp"
+#include "detail/arguments.hpp"
 
 namespace posenc {
 
@@ -318,24 +319,12 @@ class sinusoidal {
 
   template <class Derived>
   static std::vector<Index> to_positions(const Eigen::DenseBase<Derived>& p) {
-    static_assert(std::is_integral_v<typename Derived::Scalar>,
-                  "posenc::sinusoidal::at: positions must be integers");
-    detail::require(p.rows() == 1 || p.cols() == 1 || p.size() == 0, "sinusoidal::at",
-                    "positions.rows", p.rows(), "positions must be a vector");
-    std::vector<Index> out(static_cast<std::size_t>(p.size()));
-    for (Index i = 0; i < p.size(); ++i)
-      out[static_cast<std::size_t>(i)] = static_cast<Index>(p.derived().coeff(i));
-    return out;
+    return detail::positions_from(p, "sinusoidal::at");
   }
 
   template <class Derived>
   seq_view<Scalar> writable_view(const Eigen::MatrixBase<Derived>& m, const char* where) const {
-    static_assert(std::is_same_v<typename Derived::Scalar, Scalar>,
-                  "posenc::sinusoidal: the matrix's scalar type must match the encoding's");
-    static_assert((Derived::Flags & Eigen::DirectAccessBit) && (Derived::Flags & Eigen::LvalueBit),
-                  "posenc::sinusoidal: output must be a writable matrix, map or block");
-    auto& w = const_cast<Eigen::MatrixBase<Derived>&>(m);
-    const auto v = view_of(w);
+    const auto v = detail::writable_seq_view<Scalar>(m);
     check_width(where, v.extent(1));
     return v;
   }
