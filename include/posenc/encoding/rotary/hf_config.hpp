@@ -321,31 +321,16 @@ class hf_json_reader {
 
   void read(rope_params& top, rope_params& scaling, std::vector<std::string>& nested) {
     ws();
-    expect('{');
-    ws();
-    if (peek() == '}') {
-      ++i_;
-      return;
-    }
-    for (;;) {
-      ws();
-      const std::string key = string();
-      ws();
-      expect(':');
-      ws();
-      if ((key == "rope_scaling" || key == "rope_parameters") && peek() == '{') {
+    bool any = false;
+    elements('{', [&](const std::string& key) {
+      any = true;
+      if ((key == "rope_scaling" || key == "rope_parameters") && peek() == '{')
         object_into(scaling, &nested);
-      } else {
+      else
         value_into(top, key);
-      }
-      ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect('}');
-      break;
-    }
+      return true;
+    });
+    if (!any) return;  // an empty top-level object ends the read here
     ws();
     if (i_ != s_.size()) error("trailing characters after the top-level object");
   }
@@ -412,21 +397,41 @@ class hf_json_reader {
     if (end != token.c_str() + token.size()) error("bad number '" + token + "'");
     return v;
   }
+  // One object or array at i_, opened by `open`: the brackets, commas and empty case in one
+  // place. element(key) parses one element (for an object, after its key and ':', the key
+  // passed in; for an array, key is empty); returning false stops there, the rest unread.
+  template <class Element>
+  bool elements(char open, Element&& element) {
+    const char close = open == '{' ? '}' : ']';
+    expect(open);
+    ws();
+    if (peek() == close) {
+      ++i_;
+      return true;
+    }
+    std::string key;
+    for (;;) {
+      ws();
+      if (open == '{') {
+        key = string();
+        ws();
+        expect(':');
+        ws();
+      }
+      if (!element(key)) return false;
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      expect(close);
+      return true;
+    }
+  }
   // Members of an object into `out`; with `nested`, a member object named like the layer type
   // is read into `out` too, and the names of all member objects are recorded.
   void object_into(rope_params& out, std::vector<std::string>* nested = nullptr) {
-    expect('{');
-    ws();
-    if (peek() == '}') {
-      ++i_;
-      return;
-    }
-    for (;;) {
-      ws();
-      const std::string key = string();
-      ws();
-      expect(':');
-      ws();
+    elements('{', [&](const std::string& key) {
       if (nested && peek() == '{') {
         nested->push_back(key);
         if (!layer_type_.empty() && key == layer_type_)
@@ -436,14 +441,8 @@ class hf_json_reader {
       } else {
         value_into(out, key);
       }
-      ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect('}');
-      return;
-    }
+      return true;
+    });
   }
   // Parses one value; stores it under `key` when it is a kind rope_params holds.
   void value_into(rope_params& out, const std::string& key) {
@@ -455,30 +454,12 @@ class hf_json_reader {
     } else if (c == '[') {
       const std::size_t start = i_;
       std::vector<double> list;
-      ++i_;
-      ws();
-      bool numeric = true;
-      if (peek() == ']') {
-        ++i_;
-      } else {
-        for (;;) {
-          ws();
-          const char d = peek();
-          if (d == '-' || std::isdigit(static_cast<unsigned char>(d))) {
-            list.push_back(number());
-          } else {
-            numeric = false;
-            break;
-          }
-          ws();
-          if (peek() == ',') {
-            ++i_;
-            continue;
-          }
-          expect(']');
-          break;
-        }
-      }
+      const bool numeric = elements('[', [&](const std::string&) {
+        const char d = peek();
+        if (d != '-' && !std::isdigit(static_cast<unsigned char>(d))) return false;
+        list.push_back(number());
+        return true;
+      });
       if (numeric) {
         out[key] = std::move(list);
       } else {
@@ -507,32 +488,10 @@ class hf_json_reader {
   }
   void skip_container() {
     if (++depth_ > 64) error("nesting deeper than 64");
-    const char open = peek();
-    const char close = open == '{' ? '}' : ']';
-    ++i_;
-    ws();
-    if (peek() == close) {
-      ++i_;
-      --depth_;
-      return;
-    }
-    for (;;) {
-      ws();
-      if (open == '{') {
-        string();
-        ws();
-        expect(':');
-        ws();
-      }
+    elements(peek(), [&](const std::string&) {
       skip_value();
-      ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect(close);
-      break;
-    }
+      return true;
+    });
     --depth_;
   }
 };
