@@ -23,4 +23,6 @@
 #include "encoding/shaw.hpp"
 #include "encoding/transformer_xl.hpp"
 
-// Attention.
+// Attention (the kernel, masks, KV cache, backward, and the ALiBi/T5/rotary/absolute policies).
+#include "attention.hpp"
+#include "attention/flash.hpp"
