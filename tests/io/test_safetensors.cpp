@@ -388,3 +388,56 @@ TEST_CASE("safetensors: writer errors", "[io][safetensors]") {
   CHECK(io::safetensors_names(p).empty());
   POSENC_REQUIRE_ERROR(io::read_safetensors<float>(p, "x"), "it has 0");
 }
+
+TEST_CASE("io: randomly damaged files are read or rejected, never read out of bounds", "[io][fuzz]") {
+  // Each damaged file must either read (the damage hit only values or padding) or throw
+  // posenc::error; anything else (a crash, a sanitizer report, another exception) fails.
+  std::mt19937_64 rng(4242);
+  const std::vector<std::string> sources = {
+      posenc_test::read_bytes(data_path("io/mixed.safetensors")),
+      posenc_test::read_bytes(data_path("io/wpe.safetensors")),
+      posenc_test::read_bytes(data_path("io/f8_2x3x4.npy")),
+      posenc_test::read_bytes(data_path("io/f2_specials.npy")),
+      posenc_test::read_bytes(data_path("io/f8_v2_2x3.npy")),
+  };
+  int read_ok = 0, rejected = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const std::size_t which = static_cast<std::size_t>(trial) % sources.size();
+    std::string s = sources[which];
+    switch (rng() % 4) {
+      case 0:  // flip a few bytes, biased towards the header
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
+          const std::size_t at = static_cast<std::size_t>(rng() % std::min<std::size_t>(s.size(), 160));
+          s[at] = static_cast<char>(s[at] ^ static_cast<char>(1 + rng() % 255));
+        }
+        break;
+      case 1:  // truncate
+        s.resize(static_cast<std::size_t>(rng() % s.size()));
+        break;
+      case 2: {  // insert a byte
+        const std::size_t at = static_cast<std::size_t>(rng() % s.size());
+        s.insert(at, 1, static_cast<char>(rng() & 0xFF));
+        break;
+      }
+      default:  // overwrite a digit in the header with another digit
+        for (std::size_t k = 0, n = 0; k < std::min<std::size_t>(s.size(), 400); ++k)
+          if (s[k] >= '0' && s[k] <= '9' && rng() % 8 == 0 && n++ < 2) s[k] = static_cast<char>('0' + rng() % 10);
+        break;
+    }
+    const bool st_file = which < 2;
+    const std::string path = write_bytes(st_file ? "fuzz.safetensors" : "fuzz.npy", s);
+    try {
+      if (st_file) {
+        for (const auto& name : io::safetensors_names(path)) (void)io::read_safetensors<double>(path, name);
+      } else {
+        (void)io::read_npy<double>(path);
+      }
+      ++read_ok;
+    } catch (const posenc::error&) {
+      ++rejected;
+    }
+  }
+  INFO("read " << read_ok << ", rejected " << rejected);
+  CHECK(rejected > 300);
+  CHECK(read_ok > 10);
+}
