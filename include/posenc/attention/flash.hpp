@@ -1,0 +1,359 @@
+#pragma once
+/// \file
+/// Fast tiled (flash-style) attention on the CPU: the same results as the reference
+/// attention (attention.hpp, multi_head.hpp) within float32 rounding, without ever
+/// forming the [Lq, Lk] logits, on any number of threads.
+///
+///     out = softmax(Q·Kᵀ·scale + bias + mask) · V
+///
+///     q   [B, Lq, H,    d ]   (posenc::heads_view: view_bshd / view_bhsd / view_shd)
+///     k   [B, Lk, H_kv, d ]
+///     v   [B, Lk, H_kv, dv]
+///     out [B, Lq, H,    dv]   query i at position q_offset + i, key j at position j
+///
+/// Semantics are the reference's: scale (0 = 1/sqrt(d)), causal with query offset,
+/// padding (key_lengths), boolean and additive masks, grouped/multi-query heads, and a
+/// row that sees no key gives zeros. Float, Eigen::half and Eigen::bfloat16 storage
+/// compute in float32 (running sums in double); double storage computes in double.
+///
+/// Work is split into (batch, head, block of 64 query rows) units (Dao et al. 2022,
+/// "FlashAttention"), each an online softmax over tiles of keys (backend/scalar/flash.hpp);
+/// causal tiles past a block's last visible key are skipped. Calls with at most 8 query
+/// rows (decoding) instead split the keys into fixed chunks of 1024 and merge the partial
+/// softmax results with a log-sum-exp merge (Dao et al. 2023, "Flash-Decoding"):
+///
+///     M = max_c m_c      l = Σ_c l_c·exp(m_c − M)      O = Σ_c O_c·exp(m_c − M) / l
+///
+/// Threads (`flash_config::threads`, std::thread) take units from a shared counter; every
+/// unit is computed the same way whichever thread runs it and merges happen in a fixed
+/// order, so the output is bitwise identical for any thread count.
+///
+/// Position policies (policy.hpp) inside the tiles:
+///   - alibi_policy and t5_bias_policy: the bias is generated per tile from j − pos
+///     (ALiBi: m·(j − pos) or −m·|j − pos|; T5: a contiguous run of the head's bucket
+///     lookup); any other policy with only `has_bias` calls `head.bias(pos, j)` per key;
+///   - query/key transforms (rotary_policy, absolute_policy): applied in double as the
+///     queries are loaded and once per head to the keys ("pre-rotation");
+///   - shaw_relative: fused: scale·q_i·a^K per clip bucket once per block of rows, and the
+///     value term through per-bucket weight sums rescaled with the running maximum;
+///   - transformer_xl_relative (and any other policy with a score or value term): not
+///     supported here — a compile-time error says so; use multi_head_attention.
+///
+/// Extra memory: O(threads · 64 · (d + dv + 256)) for the tiles, plus a working-precision
+/// copy of K and V for each (batch, key head) only where the inputs are not already
+/// contiguous rows of the working type or where keys are transformed (then one per query
+/// head): at most O(B · H · Lk · (d + dv)).
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "../backend/scalar/flash.hpp"
+#include "../core/backend.hpp"
+#include "../core/error.hpp"
+#include "../core/view.hpp"
+#include "../encoding/alibi.hpp"
+#include "../encoding/shaw.hpp"
+#include "../encoding/t5_bias.hpp"
+#include "attention.hpp"
+#include "mask.hpp"
+#include "multi_head.hpp"
+#include "policy.hpp"
+
+namespace posenc {
+
+/// Execution settings of the tiled kernel (they never change the result).
+struct flash_config {
+  /// Worker threads: 1 runs on the calling thread; 0 uses std::thread::hardware_concurrency().
+  Index threads = 1;
+};
+
+namespace detail {
+namespace flash {
+
+/// Runs f(unit, worker) for unit in [0, units) on up to `threads` threads (the caller is
+/// worker 0). Units are taken in increasing order from a shared counter.
+template <class F>
+void parallel_for(Index units, Index threads, F&& f) {
+  const Index workers = std::max<Index>(1, std::min(threads, units));
+  std::atomic<Index> next{0};
+  auto work = [&](Index worker) {
+    for (Index u = next.fetch_add(1); u < units; u = next.fetch_add(1)) f(u, worker);
+  };
+  if (workers == 1) {
+    work(0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(workers - 1));
+  for (Index w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  work(0);
+  for (auto& t : pool) t.join();
+}
+
+/// Working-precision keys or values of one head: a map of the caller's memory when it
+/// already is contiguous rows of Real (and needs no transform), else a converted copy.
+template <class Real, class T>
+kv_block<Real> kv_source(const strided_view<T, 2>& x, rmat<Real>& copy) {
+  kv_block<Real> blk;
+  blk.rows = x.extent(0);
+  blk.cols = x.extent(1);
+  if constexpr (std::is_same_v<std::remove_cv_t<T>, Real>) {
+    if (x.stride(1) == 1 && x.stride(0) >= blk.cols && x.data() != nullptr) {
+      blk.data = x.data();
+      blk.ld = x.stride(0);
+      return blk;
+    }
+  }
+  copy.resize(blk.rows, blk.cols);
+  for (Index r = 0; r < blk.rows; ++r)
+    for (Index c = 0; c < blk.cols; ++c) copy(r, c) = to_real<Real>(x(r, c));
+  blk.data = copy.data();
+  blk.ld = blk.cols;
+  return blk;
+}
+
+template <class Policy>
+constexpr void check_flash_policy() {
+  static_assert(!Policy::has_value_term || is_shaw<Policy>::value,
+                "posenc::flash_attention: this policy has a value term the tiled kernel "
+                "cannot fuse (only shaw_relative's is); use posenc::multi_head_attention");
+  static_assert(!Policy::has_score_term || is_shaw<Policy>::value,
+                "posenc::flash_attention: this policy has a score term the tiled kernel "
+                "cannot fuse (transformer_xl_relative is reference-only); use "
+                "posenc::multi_head_attention");
+}
+
+/// The whole multi-head call, after validation.
+template <class Backend, class Policy, class TQ, class TK, class TV, class TO>
+void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
+         const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
+         const attention_shape& s, const attention_options& opt, const Policy& policy,
+         Index threads) {
+  using Real = real_t<std::remove_cv_t<TQ>>;
+  using T = tiles<Real>;
+  if (s.batch == 0 || s.len_q == 0 || s.dim_v == 0) return;
+  if (threads == 0) threads = std::max<Index>(1, std::thread::hardware_concurrency());
+  const Index group = s.heads / s.kv_heads, bh = s.batch * s.heads;
+
+  call_info ci;
+  ci.shape = s;
+  ci.scale = resolve_scale(opt.scale, s.dim);
+  ci.mask = &opt.mask;
+
+  // Heads of the policy, once per (batch, query head).
+  std::vector<head_context<Policy, Real>> heads(static_cast<std::size_t>(bh));
+  Index shaw_rows = 0;
+  for (Index b = 0; b < s.batch; ++b)
+    for (Index h = 0; h < s.heads; ++h) {
+      auto& hc = heads[static_cast<std::size_t>(b * s.heads + h)];
+      hc.head = policy.head(b, h, s);
+      hc.batch = b;
+      hc.head_index = h;
+      if constexpr (is_shaw<Policy>::value) {
+        hc.shaw_ak_t = hc.head.ak.transpose().template cast<Real>();
+        hc.shaw_av = hc.head.av.template cast<Real>();
+        shaw_rows = hc.head.clip.rows();
+      }
+    }
+
+  // Keys and values in working precision: per (batch, key head), or per (batch, query
+  // head) when the policy transforms the keys.
+  constexpr bool per_query_head = Policy::transforms_keys;
+  const Index key_sets = per_query_head ? bh : s.batch * s.kv_heads;
+  std::vector<rmat<Real>> k_copy(static_cast<std::size_t>(key_sets));
+  std::vector<rmat<Real>> v_copy(static_cast<std::size_t>(s.batch * s.kv_heads));
+  std::vector<kv_block<Real>> k_blk(k_copy.size()), v_blk(v_copy.size());
+  parallel_for(key_sets, threads, [&](Index u, Index) {
+    const Index b = per_query_head ? u / s.heads : u / s.kv_heads;
+    const Index kvh = per_query_head ? (u % s.heads) / group : u % s.kv_heads;
+    const auto ks = slice_bh(k, b, kvh);
+    if constexpr (per_query_head) {
+      dmatrix kd(ks.extent(0), ks.extent(1));
+      for (Index r = 0; r < kd.rows(); ++r)
+        for (Index c = 0; c < kd.cols(); ++c) kd(r, c) = to_real<double>(ks(r, c));
+      heads[static_cast<std::size_t>(u)].head.transform_keys(kd);
+      rmat<Real>& kc = k_copy[static_cast<std::size_t>(u)];
+      kc = kd.template cast<Real>();
+      kv_block<Real>& blk = k_blk[static_cast<std::size_t>(u)];
+      blk.data = kc.data();
+      blk.rows = kc.rows();
+      blk.cols = kc.cols();
+      blk.ld = kc.cols();
+    } else {
+      k_blk[static_cast<std::size_t>(u)] =
+          kv_source<Real>(ks, k_copy[static_cast<std::size_t>(u)]);
+    }
+  });
+  parallel_for(s.batch * s.kv_heads, threads, [&](Index u, Index) {
+    v_blk[static_cast<std::size_t>(u)] = kv_source<Real>(
+        slice_bh(v, u / s.kv_heads, u % s.kv_heads), v_copy[static_cast<std::size_t>(u)]);
+  });
+  for (Index u = 0; u < bh; ++u) {
+    const Index b = u / s.heads, h = u % s.heads;
+    auto& hc = heads[static_cast<std::size_t>(u)];
+    hc.k = k_blk[static_cast<std::size_t>(per_query_head ? u : b * s.kv_heads + h / group)];
+    hc.v = v_blk[static_cast<std::size_t>(b * s.kv_heads + h / group)];
+  }
+
+  const Index workers = std::max<Index>(1, threads);
+  std::vector<workspace<Real>> ws(static_cast<std::size_t>(workers));
+  for (auto& w : ws) w.reserve(s.dim, s.dim_v, shaw_rows);
+  const Backend tag{};
+
+  if (s.len_q <= T::decode_rows && s.len_k > T::decode_chunk) {
+    // Decode: split the keys into fixed chunks, then merge the partial softmax results.
+    const Index chunks = (s.len_k + T::decode_chunk - 1) / T::decode_chunk;
+    const Index nb = s.len_q;
+    struct partial {
+      std::vector<Real> m;
+      std::vector<double> l;
+      rmat<Real> o, wb;
+    };
+    std::vector<partial> parts(static_cast<std::size_t>(bh * chunks));
+    parallel_for(bh * chunks, threads, [&](Index u, Index worker) {
+      const auto& hc = heads[static_cast<std::size_t>(u / chunks)];
+      workspace<Real>& w = ws[static_cast<std::size_t>(worker)];
+      partial& p = parts[static_cast<std::size_t>(u)];
+      const Index k0 = (u % chunks) * T::decode_chunk;
+      const Index max_lim =
+          begin_block(hc, ci, slice_bh(q, hc.batch, hc.head_index), 0, nb, w, tag);
+      const Index k1 = std::min(k0 + T::decode_chunk, max_lim);
+      if (k0 < k1) accumulate(hc, ci, 0, nb, k0, k1, w, tag);
+      p.m.assign(w.m.begin(), w.m.begin() + nb);
+      p.l.assign(w.l.begin(), w.l.begin() + nb);
+      p.o = w.o.topRows(nb);
+      if constexpr (is_shaw<Policy>::value) p.wb = w.wb.topRows(nb);
+    });
+    parallel_for(bh, threads, [&](Index u, Index worker) {
+      const auto& hc = heads[static_cast<std::size_t>(u)];
+      workspace<Real>& w = ws[static_cast<std::size_t>(worker)];
+      w.o.topRows(nb).setZero();
+      if constexpr (is_shaw<Policy>::value) w.wb.topRows(nb).setZero();
+      for (Index r = 0; r < nb; ++r) {
+        const std::size_t ur = static_cast<std::size_t>(r);
+        Real mx = -std::numeric_limits<Real>::infinity();
+        for (Index c = 0; c < chunks; ++c)
+          if (parts[static_cast<std::size_t>(u * chunks + c)].l[ur] > 0)
+            mx = std::max(mx, parts[static_cast<std::size_t>(u * chunks + c)].m[ur]);
+        double l = 0.0;
+        for (Index c = 0; c < chunks; ++c) {
+          const partial& p = parts[static_cast<std::size_t>(u * chunks + c)];
+          if (!(p.l[ur] > 0)) continue;
+          const Real f = std::exp(p.m[ur] - mx);
+          l += p.l[ur] * static_cast<double>(f);
+          w.o.row(r) += f * p.o.row(r);
+          if constexpr (is_shaw<Policy>::value) w.wb.row(r) += f * p.wb.row(r);
+        }
+        w.l[ur] = l;
+      }
+      finish_block(hc, 0, nb, w, slice_bh(out, hc.batch, hc.head_index), tag);
+    });
+    return;
+  }
+
+  // Prefill: units of (block of query rows, batch, head), the last blocks first (under a
+  // causal mask they see the most keys), so the costly units start early.
+  const Index blocks = (s.len_q + T::block_q - 1) / T::block_q;
+  parallel_for(blocks * bh, threads, [&](Index u, Index worker) {
+    const Index blk = blocks - 1 - u / bh;
+    const auto& hc = heads[static_cast<std::size_t>(u % bh)];
+    workspace<Real>& w = ws[static_cast<std::size_t>(worker)];
+    const Index r0 = blk * T::block_q, nb = std::min(T::block_q, s.len_q - r0);
+    const Index max_lim =
+        begin_block(hc, ci, slice_bh(q, hc.batch, hc.head_index), r0, nb, w, tag);
+    accumulate(hc, ci, r0, nb, Index(0), max_lim, w, tag);
+    finish_block(hc, r0, nb, w, slice_bh(out, hc.batch, hc.head_index), tag);
+  });
+}
+
+}  // namespace flash
+}  // namespace detail
+
+/// Tiled multi-head batched attention over strided views (shapes in the file comment):
+/// the reference multi_head_attention's results, computed block by block.
+///
+/// \param opt scale (0 = 1/sqrt(d)), query offset, mask
+/// \param policy position scheme: no_position, alibi_policy, t5_bias_policy,
+///        rotary_policy, absolute_policy, shaw_relative, or any bias/transform-only policy
+/// \param cfg threads (results do not depend on it)
+/// \throws posenc::error on mismatched shapes, bad scale, mask, policy or thread count
+template <class Backend = default_backend, class TQ, class TK, class TV, class TO,
+          class Policy = no_position>
+void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
+                                const strided_view<TV, 4>& v,
+                                const strided_view<TO, 4>& out,
+                                const attention_options& opt = {}, const Policy& policy = Policy{},
+                                const flash_config& cfg = {}) {
+  static_assert(!std::is_const_v<TO>, "posenc::flash_multi_head_attention: out must be writable");
+  static_assert(std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TK>> &&
+                    std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TV>>,
+                "posenc::flash_multi_head_attention: q, k and v must have the same scalar type");
+  detail::flash::check_flash_policy<Policy>();
+  const char* where = "flash_multi_head_attention";
+  detail::require(cfg.threads >= 0, where, "threads", cfg.threads,
+                  "must be >= 0 (0 = hardware concurrency)");
+  const attention_shape s = detail::multi_head_shape(q, k, v, out, opt, where);
+  detail::check_attention(s, opt, policy, where);
+  detail::flash::run<Backend>(q, k, v, out, s, opt, policy, cfg.threads);
+}
+
+/// Tiled multi-head attention for one sequence with the heads packed along the columns:
+/// q [Lq, H·d], k [Lk, H_kv·d], v [Lk, H_kv·dv] (row-major, head-major columns).
+/// Returns [Lq, H·dv]. Inputs that are row-major with unit inner stride are not copied.
+template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
+attention_matrix<detail::scalar_of<DQ>> flash_multi_head_attention(
+    const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
+    Index heads, Index kv_heads, const attention_options& opt = {},
+    const Policy& policy = Policy{}, const flash_config& cfg = {}) {
+  using Scalar = detail::scalar_of<DQ>;
+  static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
+                    std::is_same_v<Scalar, detail::scalar_of<DV>>,
+                "posenc::flash_multi_head_attention: q, k and v must have the same scalar type");
+  const char* where = "flash_multi_head_attention";
+  detail::require(heads >= 1, where, "heads", heads, "must be >= 1");
+  detail::require(kv_heads >= 1, where, "kv_heads", kv_heads, "must be >= 1");
+  detail::require(q.cols() % heads == 0, where, "q.cols()", q.cols(), "must be divisible by heads");
+  detail::require(k.cols() % kv_heads == 0, where, "k.cols()", k.cols(),
+                  "must be divisible by kv_heads");
+  detail::require(v.cols() % kv_heads == 0, where, "v.cols()", v.cols(),
+                  "must be divisible by kv_heads");
+  detail::require(k.rows() == v.rows(), where, "v.rows()", v.rows(), "must equal k.rows()");
+  using cref = Eigen::Ref<const attention_matrix<Scalar>>;
+  const cref qe(q), ke(k), ve(v);
+  const Index d = q.cols() / heads, dv = v.cols() / kv_heads;
+  attention_matrix<Scalar> out(q.rows(), heads * dv);
+  const auto qv = strided_view<const Scalar, 4>(qe.data(), {1, qe.rows(), heads, d},
+                                                {0, qe.outerStride(), d, 1});
+  const auto kv = strided_view<const Scalar, 4>(ke.data(), {1, ke.rows(), kv_heads, k.cols() / kv_heads},
+                                                {0, ke.outerStride(), k.cols() / kv_heads, 1});
+  const auto vv = strided_view<const Scalar, 4>(ve.data(), {1, ve.rows(), kv_heads, dv},
+                                                {0, ve.outerStride(), dv, 1});
+  auto ov = view_shd(out.data(), out.rows(), heads, dv);
+  flash_multi_head_attention<Backend>(qv, kv, vv, ov, opt, policy, cfg);
+  return out;
+}
+
+/// Tiled single-head attention: q [Lq, d], k [Lk, d], v [Lk, dv] (row-major, one token
+/// per row), returns [Lq, dv]. As posenc::attention (a per-head policy must be narrowed
+/// to one head, e.g. `alibi.only_head(h)`), computed by the tiled kernel.
+template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
+attention_matrix<detail::scalar_of<DQ>> flash_attention(const Eigen::MatrixBase<DQ>& q,
+                                                        const Eigen::MatrixBase<DK>& k,
+                                                        const Eigen::MatrixBase<DV>& v,
+                                                        const attention_options& opt = {},
+                                                        const Policy& policy = Policy{},
+                                                        const flash_config& cfg = {}) {
+  detail::require(k.cols() == q.cols(), "flash_attention", "k.cols()", k.cols(),
+                  "must equal q.cols() (the head dim d)");
+  return flash_multi_head_attention<Backend>(q, k, v, 1, 1, opt, policy, cfg);
+}
+
+}  // namespace posenc

@@ -1,0 +1,290 @@
+#pragma once
+/// \file
+/// The portable tiled (flash-style) attention kernel: one block of query rows against a
+/// range of keys, with an online softmax (Milakov & Gimelshein 2018, "Online normalizer
+/// calculation for softmax"; Dao et al. 2022, "FlashAttention").
+///
+/// For a block of rows R and keys visited in tiles J of `block_k` keys:
+///
+///     S     = (scale·Q_R) · K_Jᵀ  (+ scale·Shaw score)  + bias  + mask   [|R|, |J|]
+///     m'    = max(m, rowmax S)                       running maximum
+///     P     = exp(S − m')                            masked keys give exactly 0
+///     l     = l·exp(m − m') + rowsum P               running sum (double)
+///     O     = O·exp(m − m') + P · V_J                rescaled accumulators
+///     out   = O / l      (zeros when the row saw no key: l = 0)
+///
+/// so the [Lq, Lk] logits never exist: the working set is O(block_q·(d + dv + block_k)).
+/// The two block products are Eigen GEMMs on row-major maps, so the instruction set comes
+/// from the compiler flags (Eigen's own AVX-512 / AVX2 / NEON / SSE kernels); exp is
+/// Eigen's vectorised `exp`. This overload takes `backend::scalar const&`, so every
+/// backend tag (avx2, avx512, neon) falls back to it: the SIMD work lives in the GEMM
+/// micro-kernels and the vectorised exp, not in a per-arch copy of the tile loop.
+///
+/// Not for direct inclusion: use posenc/attention/flash.hpp.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "../../attention/mask.hpp"
+#include "../../attention/policy.hpp"
+#include "../../core/backend.hpp"
+#include "../../core/view.hpp"
+#include "../../encoding/alibi.hpp"
+#include "../../encoding/shaw.hpp"
+#include "../../encoding/t5_bias.hpp"
+
+namespace posenc {
+namespace detail {
+namespace flash {
+
+/// Row-major dynamic matrix in the kernel's working precision.
+template <class Real>
+using rmat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Read-only row-major map with a row stride (keys or values of one head).
+template <class Real>
+using cmap = Eigen::Map<const rmat<Real>, 0, Eigen::OuterStride<>>;
+
+/// Working precision for a storage type: double stays double, everything else (float,
+/// Eigen::half, Eigen::bfloat16) is computed in float.
+template <class T>
+using real_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
+
+/// Converts a stored element (float, double, half, bfloat16) to the working precision.
+template <class Real, class T>
+inline Real to_real(const T& x) noexcept {
+  if constexpr (std::is_arithmetic_v<T>)
+    return static_cast<Real>(x);
+  else
+    return static_cast<Real>(static_cast<float>(x));  // Eigen::half / Eigen::bfloat16
+}
+
+/// Tile sizes: block_q query rows per work unit, block_k keys per inner step.
+/// A float tile S is 64 x 256 x 4 B = 64 KiB (L2-resident with the K and V tiles).
+template <class Real>
+struct tiles {
+  static constexpr Index block_q = 64;
+  static constexpr Index block_k = std::is_same_v<Real, float> ? 256 : 128;
+  /// Calls with at most this many query rows take the split-key decode path.
+  static constexpr Index decode_rows = 8;
+  /// Keys per decode chunk: fixed (never derived from the thread count), so a call's
+  /// result does not depend on how many threads ran it.
+  static constexpr Index decode_chunk = 1024;
+};
+
+/// Keys (or values) of one head in working precision: a row-major block, inner stride 1.
+template <class Real>
+struct kv_block {
+  const Real* data = nullptr;
+  Index rows = 0, cols = 0, ld = 0;
+  cmap<Real> block(Index r0, Index n) const noexcept {
+    return cmap<Real>(data + r0 * ld, n, cols, Eigen::OuterStride<>(ld));
+  }
+};
+
+/// What one (batch, head) contributes to its tiles: its policy head, its keys and
+/// values, and the policy data the tiles read directly (ALiBi slope, T5 lookup, Shaw).
+template <class Policy, class Real>
+struct head_context {
+  typename Policy::head_type head;
+  Index batch = 0, head_index = 0;
+  kv_block<Real> k, v;
+  rmat<Real> shaw_ak_t;  ///< Shaw a^K transposed [d, rows]
+  rmat<Real> shaw_av;    ///< Shaw a^V [rows, dv]
+};
+
+template <class Policy>
+struct is_shaw : std::false_type {};
+template <class S>
+struct is_shaw<shaw_relative<S>> : std::true_type {};
+
+/// Per-thread buffers of one block of query rows.
+template <class Real>
+struct workspace {
+  rmat<Real> q;    ///< [block_q, d]: scale · transformed queries
+  rmat<Real> s;    ///< [block_q, block_k]: logits, then probabilities
+  rmat<Real> o;    ///< [block_q, dv]: unnormalised outputs
+  rmat<Real> qa;   ///< Shaw: scale · q_i . a^K_r, [block_q, rows]
+  rmat<Real> wb;   ///< Shaw: per-bucket weight sums, [block_q, rows]
+  std::vector<Real> m;      ///< running maxima
+  std::vector<double> l;    ///< running sums
+  std::vector<Index> lim;   ///< visible key limit per row
+  drow row;                 ///< one query row in double (query transforms)
+
+  void reserve(Index d, Index dv, Index shaw_rows) {
+    const Index bq = tiles<Real>::block_q, bk = tiles<Real>::block_k;
+    q.resize(bq, d);
+    s.resize(bq, bk);
+    o.resize(bq, dv);
+    qa.resize(bq, shaw_rows);
+    wb.resize(bq, shaw_rows);
+    m.resize(static_cast<std::size_t>(bq));
+    l.resize(static_cast<std::size_t>(bq));
+    lim.resize(static_cast<std::size_t>(bq));
+    row.resize(d);
+  }
+};
+
+/// Everything a block needs besides its head: shapes, scale, mask.
+struct call_info {
+  attention_shape shape;
+  double scale = 1.0;
+  const attention_mask* mask = nullptr;
+};
+
+/// Loads query rows [r0, r0 + nb) of one head into ws.q (scaled, transformed) and resets
+/// the running statistics; returns the largest visible key limit of the block.
+template <class Policy, class Real, class TQ>
+Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
+                  const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws,
+                  backend::scalar const&) noexcept {
+  const Index d = ci.shape.dim;
+  Index max_lim = 0;
+  for (Index r = 0; r < nb; ++r) {
+    const Index i = r0 + r, pos = ci.shape.q_offset + i;
+    if constexpr (Policy::transforms_queries) {
+      for (Index c = 0; c < d; ++c) ws.row(c) = to_real<double>(q(i, c));
+      hc.head.transform_query(pos, ws.row);
+      for (Index c = 0; c < d; ++c) ws.q(r, c) = static_cast<Real>(ws.row(c) * ci.scale);
+    } else {
+      for (Index c = 0; c < d; ++c)
+        ws.q(r, c) = static_cast<Real>(to_real<double>(q(i, c)) * ci.scale);
+    }
+    const Index lim = visible_limit(*ci.mask, hc.batch, pos, ci.shape.len_k);
+    ws.lim[static_cast<std::size_t>(r)] = lim;
+    max_lim = std::max(max_lim, lim);
+    ws.m[static_cast<std::size_t>(r)] = -std::numeric_limits<Real>::infinity();
+    ws.l[static_cast<std::size_t>(r)] = 0.0;
+  }
+  ws.o.topRows(nb).setZero();
+  if constexpr (is_shaw<Policy>::value) {
+    ws.qa.topRows(nb).noalias() = ws.q.topRows(nb) * hc.shaw_ak_t;
+    ws.wb.topRows(nb).setZero();
+  }
+  return max_lim;
+}
+
+/// Adds the position bias and the elementwise masks to the visible logits s[0, n) of
+/// query row i (position pos) against keys j0 .. j0 + n.
+template <class Policy, class Real>
+inline void bias_and_mask(const head_context<Policy, Real>& hc, const call_info& ci,
+                          const workspace<Real>& ws, Index r, Index i, Index pos, Index j0,
+                          Index n, Real* s) noexcept {
+  if constexpr (is_shaw<Policy>::value) {
+    const auto& clip = hc.head.clip;
+    const Real* qa = ws.qa.row(r).data();
+    for (Index c = 0; c < n; ++c) s[c] += qa[clip.row(j0 + c - pos)];
+  }
+  if constexpr (std::is_same_v<Policy, alibi_policy>) {
+    // Shifted by a row constant (softmax is unchanged) so that the row's largest bias is
+    // 0: float logits stay small where the weights are, however far pos is from the
+    // keys. Causal form -m (pos - j) -> m (j - last), last = the row's last visible key;
+    // symmetric -m |j - pos| -> -m (last - j) when pos is past every visible key.
+    // Integer distances are exact in float below 2^24.
+    const Real m = static_cast<Real>(hc.head.m);
+    const Index last = ws.lim[static_cast<std::size_t>(r)] - 1;
+    if (!hc.head.symmetric) {
+      const Real base = static_cast<Real>(j0 - last);
+      for (Index c = 0; c < n; ++c) s[c] += m * (base + static_cast<Real>(c));
+    } else if (pos <= last) {
+      const Real base = static_cast<Real>(j0 - pos);
+      for (Index c = 0; c < n; ++c) s[c] -= m * std::abs(base + static_cast<Real>(c));
+    } else {
+      const Real base = static_cast<Real>(last - j0);
+      for (Index c = 0; c < n; ++c) s[c] -= m * (base - static_cast<Real>(c));
+    }
+  } else if constexpr (std::is_same_v<Policy, t5_bias_policy>) {
+    // The T5 bias depends on j - pos only: one contiguous run of the head's lookup table.
+    const double* tb = hc.head.bias_by_rel.data() + (j0 - pos - hc.head.rel_min);
+    for (Index c = 0; c < n; ++c) s[c] += static_cast<Real>(tb[c]);
+  } else if constexpr (Policy::has_bias) {
+    for (Index c = 0; c < n; ++c) s[c] += static_cast<Real>(hc.head.bias(pos, j0 + c));
+  }
+  const attention_mask& mask = *ci.mask;
+  if (mask.allowed.size() != 0) {
+    const bool* al = mask.allowed.row(i).data() + j0;
+    for (Index c = 0; c < n; ++c)
+      if (!al[c]) s[c] = -std::numeric_limits<Real>::infinity();
+  }
+  if (mask.additive.size() != 0) {
+    const double* ad = mask.additive.row(i).data() + j0;
+    for (Index c = 0; c < n; ++c) s[c] += static_cast<Real>(ad[c]);
+  }
+}
+
+/// Visits keys [kbeg, kend) for the rows of ws (loaded by begin_block), updating the
+/// running maxima, sums and accumulators. Tiles past every row's visible limit are
+/// skipped (causal block skipping); within a tile, keys past a row's limit get P = 0.
+template <class Policy, class Real>
+void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index r0,
+                Index nb, Index kbeg, Index kend, workspace<Real>& ws,
+                backend::scalar const&) noexcept {
+  constexpr Index bk = tiles<Real>::block_k;
+  constexpr Real neg_inf = -std::numeric_limits<Real>::infinity();
+  using row_array = Eigen::Map<Eigen::Array<Real, 1, Eigen::Dynamic>>;
+  for (Index j0 = kbeg; j0 < kend; j0 += bk) {
+    const Index nk = std::min(bk, kend - j0);
+    auto s = ws.s.topLeftCorner(nb, nk);
+    s.noalias() = ws.q.topRows(nb) * hc.k.block(j0, nk).transpose();
+    for (Index r = 0; r < nb; ++r) {
+      const Index i = r0 + r, pos = ci.shape.q_offset + i;
+      const std::size_t ur = static_cast<std::size_t>(r);
+      Real* srow = ws.s.row(r).data();
+      const Index n = std::clamp<Index>(std::min(ws.lim[ur], kend) - j0, 0, nk);
+      if (n == 0) {
+        std::fill(srow, srow + nk, Real(0));
+        continue;
+      }
+      bias_and_mask(hc, ci, ws, r, i, pos, j0, n, srow);
+      row_array a(srow, n);
+      const Real mx = a.maxCoeff();
+      if (mx == neg_inf) {  // every key of this tile masked for this row
+        std::fill(srow, srow + nk, Real(0));
+        continue;
+      }
+      const Real m_old = ws.m[ur];
+      const Real m_new = std::max(m_old, mx);
+      a = (a - m_new).exp();  // exp(-inf) = 0 at masked keys
+      std::fill(srow + n, srow + nk, Real(0));
+      if (m_new != m_old) {
+        const Real alpha = std::exp(m_old - m_new);  // 0 on the row's first visible tile
+        ws.l[ur] *= static_cast<double>(alpha);
+        ws.o.row(r) *= alpha;
+        if constexpr (is_shaw<Policy>::value) ws.wb.row(r) *= alpha;
+        ws.m[ur] = m_new;
+      }
+      ws.l[ur] += static_cast<double>(a.sum());
+      if constexpr (is_shaw<Policy>::value) {
+        const auto& clip = hc.head.clip;
+        Real* wb = ws.wb.row(r).data();
+        for (Index c = 0; c < n; ++c) wb[clip.row(j0 + c - pos)] += srow[c];
+      }
+    }
+    ws.o.topRows(nb).noalias() += s * hc.v.block(j0, nk);
+  }
+}
+
+/// Normalises the block's accumulators and writes rows [r0, r0 + nb) of `out`
+/// (zeros for a row that saw no key).
+template <class Policy, class Real, class TO>
+void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
+                  workspace<Real>& ws, const strided_view<TO, 2>& out,
+                  backend::scalar const&) noexcept {
+  using T = std::remove_cv_t<TO>;
+  const Index dv = out.extent(1);
+  if constexpr (is_shaw<Policy>::value) ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
+  for (Index r = 0; r < nb; ++r) {
+    const double l = ws.l[static_cast<std::size_t>(r)];
+    const Real inv = l > 0 ? static_cast<Real>(1.0 / l) : Real(0);
+    for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(ws.o(r, c) * inv);
+  }
+}
+
+}  // namespace flash
+}  // namespace detail
+}  // namespace posenc

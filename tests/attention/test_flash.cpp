@@ -1,0 +1,374 @@
+// The tiled (flash-style) kernel against the reference attention (itself checked against
+// the numpy goldens) on every scheme and mask, odd sizes, GQA, decode, threads,
+// storage types, every compiled backend, and its error paths.
+
+#include <posenc/attention/flash.hpp>
+#include <posenc/attention/rotary_policy.hpp>
+#include <posenc/attention/absolute_policy.hpp>
+#include <posenc/encoding/alibi.hpp>
+#include <posenc/encoding/shaw.hpp>
+#include <posenc/encoding/t5_bias.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attention_support.hpp"
+#include "backend/backends.hpp"
+#include "support/catch.hpp"
+#include "support/check.hpp"
+#include "support/golden.hpp"
+
+using posenc::Index;
+using posenc_test::golden_matrix;
+using posenc_test::max_abs_diff;
+using posenc_test::random_matrix;
+using posenc_test::rmat;
+
+namespace {
+
+/// max |a - b| / max |b|: the parity measure (2e-6 for float32).
+template <class A, class B>
+double rel_err(const A& a, const B& b) {
+  const double den = b.template cast<double>().cwiseAbs().maxCoeff();
+  return max_abs_diff(a, b) / (den > 0 ? den : 1.0);
+}
+
+struct sizes {
+  Index batch, heads, kv_heads, len_q, len_k, dim, dim_v;
+};
+
+/// Packed [B·L, H·d] inputs (batch-major rows) and strided views over them.
+template <class T>
+struct problem {
+  sizes z;
+  rmat<T> q, k, v;
+  problem(const sizes& s, std::uint64_t seed) : z(s) {
+    q = random_matrix(s.batch * s.len_q, s.heads * s.dim, seed).cast<T>();
+    k = random_matrix(s.batch * s.len_k, s.kv_heads * s.dim, seed + 1).cast<T>();
+    v = random_matrix(s.batch * s.len_k, s.kv_heads * s.dim_v, seed + 2).cast<T>();
+  }
+  auto qv() const { return posenc::view_bshd(q.data(), z.batch, z.len_q, z.heads, z.dim); }
+  auto kv() const { return posenc::view_bshd(k.data(), z.batch, z.len_k, z.kv_heads, z.dim); }
+  auto vv() const { return posenc::view_bshd(v.data(), z.batch, z.len_k, z.kv_heads, z.dim_v); }
+  rmat<T> empty_out() const { return rmat<T>::Constant(z.batch * z.len_q, z.heads * z.dim_v, T(7)); }
+  auto ov(rmat<T>& o) const { return posenc::view_bshd(o.data(), z.batch, z.len_q, z.heads, z.dim_v); }
+};
+
+template <class Backend = posenc::default_backend, class T, class Policy>
+rmat<T> run_flash(const problem<T>& p, const posenc::attention_options& opt, const Policy& pol,
+                  Index threads = 1) {
+  rmat<T> out = p.empty_out();
+  posenc::flash_multi_head_attention<Backend>(p.qv(), p.kv(), p.vv(), p.ov(out), opt, pol,
+                                              posenc::flash_config{threads});
+  return out;
+}
+
+template <class T, class Policy>
+rmat<T> run_reference(const problem<T>& p, const posenc::attention_options& opt, const Policy& pol) {
+  rmat<T> out = p.empty_out();
+  posenc::multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt, pol);
+  return out;
+}
+
+/// A user policy with only a bias hook: exercises the generic per-key bias path.
+struct ramp_bias : posenc::policy_base {
+  static constexpr bool has_bias = true;
+  struct head_type : posenc::head_base {
+    double slope = 0;
+    double bias(Index pos, Index j) const noexcept { return slope * std::sin(0.1 * double(pos - 2 * j)); }
+  };
+  head_type head(Index b, Index h, const posenc::attention_shape&) const {
+    head_type t;
+    t.slope = 0.5 + 0.25 * double(h) - 0.1 * double(b);
+    return t;
+  }
+};
+
+/// Every mask the kernel knows, on a given shape.
+std::vector<std::pair<std::string, posenc::attention_options>> masks(const sizes& z) {
+  std::vector<std::pair<std::string, posenc::attention_options>> m;
+  m.push_back({"none", {}});
+  posenc::attention_options c;
+  c.mask.causal = true;
+  m.push_back({"causal", c});
+  c.q_offset = z.len_k - z.len_q > 0 ? z.len_k - z.len_q : 3;
+  m.push_back({"causal+offset", c});
+  posenc::attention_options pad;
+  for (Index b = 0; b < z.batch; ++b) pad.mask.key_lengths.push_back(b == 0 ? z.len_k : z.len_k / 3 + b);
+  pad.mask.causal = true;
+  pad.q_offset = 5;
+  m.push_back({"padding+causal+offset", pad});
+  posenc::attention_options bm;
+  bm.mask.allowed = posenc::bool_mask::Constant(z.len_q, z.len_k, true);
+  for (Index i = 0; i < z.len_q; ++i)
+    for (Index j = 0; j < z.len_k; ++j) bm.mask.allowed(i, j) = (i * 7 + j * 3) % 5 != 0;
+  bm.mask.allowed.row(z.len_q / 2).setConstant(false);  // a fully masked row
+  bm.mask.additive = posenc::dmatrix::Zero(z.len_q, z.len_k);
+  for (Index i = 0; i < z.len_q; ++i)
+    for (Index j = 0; j < z.len_k; ++j)
+      bm.mask.additive(i, j) = (i + j) % 11 == 0 ? -std::numeric_limits<double>::infinity()
+                                                 : 0.01 * double((i * j) % 13);
+  m.push_back({"bool+additive", bm});
+  return m;
+}
+
+template <class Policy>
+void check_parity(const sizes& z, const Policy& pol, const std::string& scheme, double scale = 0.0) {
+  problem<float> p(z, 11 + static_cast<std::uint64_t>(z.dim));
+  // T5 (scale 1) folds 1/sqrt(d) into its query projection's initialisation; unscaled
+  // logits of this random data (std ~3 at d = 80) put float32 GEMM rounding at ~2e-6.
+  if (scale == 1.0) p.q *= static_cast<float>(1.0 / std::sqrt(static_cast<double>(z.dim)));
+  for (auto [name, opt] : masks(z)) {
+    opt.scale = scale;
+    INFO(scheme << " / " << name << ": Lq " << z.len_q << " Lk " << z.len_k << " d " << z.dim
+                << " H " << z.heads << "/" << z.kv_heads);
+    const rmat<float> want = run_reference(p, opt, pol);
+    const rmat<float> got = run_flash(p, opt, pol);
+    CHECK(rel_err(got, want) < 2e-6);
+    CHECK(got.allFinite());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("flash matches the numpy goldens of the reference attention", "[flash][golden]") {
+  const auto q = golden_matrix<double>("attention_q.npy");
+  const auto k = golden_matrix<double>("attention_k.npy");
+  const auto v = golden_matrix<double>("attention_v.npy");
+  const rmat<float> qf = q.cast<float>(), kf = k.cast<float>(), vf = v.cast<float>();
+  auto check = [&](const std::string& name, const posenc::attention_options& opt, const auto& pol) {
+    INFO("case " << name);
+    const auto want = golden_matrix<double>("attention_out_" + name + ".npy");
+    CHECK(max_abs_diff(posenc::flash_attention(q, k, v, opt, pol), want) < 1e-13);
+    CHECK(rel_err(posenc::flash_attention(qf, kf, vf, opt, pol), want) < 2e-6);
+  };
+  posenc::attention_options opt;
+  check("none", opt, posenc::no_position{});
+  opt.q_offset = 2;
+  opt.mask.causal = true;
+  check("causal", opt, posenc::no_position{});
+  check("alibi_causal", opt, posenc::alibi_policy(4).only_head(1));
+  posenc::attention_options sym;
+  sym.q_offset = 2;
+  check("alibi_symmetric", sym, posenc::alibi_policy(6, posenc::alibi_form::symmetric).only_head(5));
+  const auto table = golden_matrix<double>("attention_t5_table.npy");
+  posenc::attention_options t5;
+  t5.scale = 1.0;
+  t5.q_offset = 2;
+  check("t5_bidir", t5, posenc::t5_bias_policy(table, {32, 128, true}));
+  t5.mask.causal = true;
+  check("t5_unidir", t5, posenc::t5_bias_policy(table, {32, 128, false}));
+  posenc::attention_options m;
+  m.mask.key_lengths = {6};
+  m.mask.allowed = golden_matrix<std::uint8_t>("attention_masked_allowed.npy").cast<bool>();
+  m.mask.additive = golden_matrix<double>("attention_masked_additive.npy");
+  check("masked", m, posenc::no_position{});
+
+  // Grouped-query ALiBi, packed heads.
+  posenc::attention_options mh;
+  mh.mask.causal = true;
+  mh.q_offset = 1;
+  const auto mq = golden_matrix<double>("attention_mh_q.npy");
+  const auto mk = golden_matrix<double>("attention_mh_k.npy");
+  const auto mv = golden_matrix<double>("attention_mh_v.npy");
+  CHECK(max_abs_diff(posenc::flash_multi_head_attention(mq, mk, mv, 4, 2, mh, posenc::alibi_policy(4)),
+                     golden_matrix<double>("attention_mh_out.npy")) < 1e-13);
+}
+
+TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)", "[flash]") {
+  // Odd sizes: Lq and Lk not multiples of the 64 x 256 tiles, head dims off the vector width.
+  for (const sizes& z : {sizes{2, 4, 2, 131, 300, 72, 40}, sizes{1, 2, 1, 70, 70, 80, 80},
+                         sizes{1, 3, 3, 65, 257, 96, 96}, sizes{2, 2, 2, 64, 512, 64, 64}}) {
+    check_parity(z, posenc::no_position{}, "none");
+    check_parity(z, posenc::alibi_policy(z.heads), "alibi causal");
+    check_parity(z, posenc::alibi_policy(z.heads, posenc::alibi_form::symmetric), "alibi symmetric");
+    const rmat<double> table = random_matrix(32, z.heads, 77);
+    check_parity(z, posenc::t5_bias_policy(table, {32, 128, true}), "t5 bidirectional", 1.0);
+    const rmat<double> table16 = random_matrix(16, z.heads, 78);
+    check_parity(z, posenc::t5_bias_policy(table16, {16, 40, false}), "t5 unidirectional", 1.0);
+    check_parity(z, posenc::rotary_policy(z.dim), "rope");
+    check_parity(z, ramp_bias{}, "generic bias");
+  }
+  for (const sizes& z : {sizes{2, 4, 2, 131, 300, 72, 40}, sizes{1, 2, 1, 70, 290, 80, 80}}) {
+    posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(16), z.dim, z.dim_v);
+    shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 5).cast<float>();
+    shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 6).cast<float>();
+    check_parity(z, shaw, "shaw symmetric");
+    posenc::shaw_relative<float> asym(posenc::shaw_clip::asymmetric(3, 40), z.dim, z.dim_v, z.heads);
+    asym.key_tables() = random_matrix(asym.rows() * z.heads, z.dim, 7).cast<float>();
+    asym.value_tables() = random_matrix(asym.rows() * z.heads, z.dim_v, 8).cast<float>();
+    check_parity(z, asym, "shaw asymmetric per head");
+    const rmat<double> abs_table = random_matrix(400, z.dim, 9);
+    check_parity(z, posenc::absolute_policy(abs_table), "absolute");
+  }
+}
+
+TEST_CASE("flash handles multi-query, single keys and empty calls", "[flash]") {
+  check_parity(sizes{1, 8, 1, 33, 1, 16, 8}, posenc::no_position{}, "one key, MQA");
+  check_parity(sizes{3, 2, 1, 1, 5, 8, 8}, posenc::alibi_policy(2), "one query");
+  const problem<float> p(sizes{1, 2, 2, 0, 5, 8, 8}, 3);
+  rmat<float> out(0, 16);
+  posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out));
+  CHECK(out.size() == 0);
+  // No keys at all: every row sees nothing, so zeros.
+  const problem<float> nk(sizes{1, 2, 2, 4, 0, 8, 8}, 3);
+  const rmat<float> z = run_flash(nk, {}, posenc::no_position{});
+  CHECK(z.isZero(0));
+}
+
+TEST_CASE("fully masked rows give zeros, never NaN", "[flash]") {
+  const sizes z{2, 2, 2, 70, 300, 32, 32};
+  const problem<float> p(z, 4);
+  posenc::attention_options opt;
+  opt.mask.key_lengths = {0, 300};
+  const rmat<float> out = run_flash(p, opt, posenc::no_position{});
+  CHECK(out.topRows(70).isZero(0));
+  CHECK(out.bottomRows(70).cwiseAbs().maxCoeff() > 0.0f);
+  CHECK(rel_err(out, run_reference(p, opt, posenc::no_position{})) < 2e-6);
+}
+
+TEST_CASE("decode: one query over a long cache splits the keys and merges exactly", "[flash][decode]") {
+  for (Index lq : {1, 3, 8}) {
+    const sizes z{2, 4, 2, lq, 5000, 80, 64};
+    const problem<float> p(z, 21);
+    posenc::attention_options opt;
+    opt.mask.causal = true;
+    opt.q_offset = 4990 - lq;
+    opt.mask.key_lengths = {5000, 2100};
+    INFO("Lq = " << lq);
+    CHECK(rel_err(run_flash(p, opt, posenc::no_position{}), run_reference(p, opt, posenc::no_position{})) < 2e-6);
+    CHECK(rel_err(run_flash(p, opt, posenc::alibi_policy(4)), run_reference(p, opt, posenc::alibi_policy(4))) < 2e-6);
+    posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(8), z.dim, z.dim_v);
+    shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 5).cast<float>();
+    shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 6).cast<float>();
+    CHECK(rel_err(run_flash(p, opt, shaw), run_reference(p, opt, shaw)) < 2e-6);
+    // Threads change nothing, bit for bit.
+    CHECK(run_flash(p, opt, shaw, 3) == run_flash(p, opt, shaw, 1));
+  }
+}
+
+TEST_CASE("decoding token by token equals one causal pass", "[flash][decode]") {
+  const sizes z{1, 2, 1, 1, 3000, 64, 64};
+  const problem<float> full(sizes{1, 2, 1, 6, 3000, 64, 64}, 31);
+  posenc::attention_options opt;
+  opt.mask.causal = true;
+  opt.q_offset = 3000 - 6;
+  const rmat<float> all = run_flash(full, opt, posenc::alibi_policy(2));
+  for (Index t = 0; t < 6; ++t) {
+    problem<float> one(z, 31);
+    one.q = full.q.row(t);
+    one.k = full.k;
+    one.v = full.v;
+    posenc::attention_options o1 = opt;
+    o1.q_offset = 3000 - 6 + t;
+    const rmat<float> got = run_flash(one, o1, posenc::alibi_policy(2));
+    CHECK(rel_err(got, all.row(t)) < 2e-6);
+  }
+}
+
+TEST_CASE("threads give results identical to one thread", "[flash][threads]") {
+  const sizes z{2, 4, 2, 200, 333, 72, 48};
+  const problem<float> p(z, 41);
+  for (auto [name, opt] : masks(z)) {
+    INFO(name);
+    const rmat<float> one = run_flash(p, opt, posenc::alibi_policy(4), 1);
+    CHECK(run_flash(p, opt, posenc::alibi_policy(4), 2) == one);
+    CHECK(run_flash(p, opt, posenc::alibi_policy(4), 5) == one);
+    CHECK(run_flash(p, opt, posenc::alibi_policy(4), 0) == one);
+    CHECK(run_flash(p, opt, posenc::rotary_policy(z.dim), 3) == run_flash(p, opt, posenc::rotary_policy(z.dim), 1));
+  }
+}
+
+TEST_CASE("every compiled backend gives the scalar backend's result", "[flash][backend]") {
+  const sizes z{1, 4, 2, 100, 260, 72, 72};
+  const problem<float> p(z, 51);
+  posenc::attention_options opt;
+  opt.mask.causal = true;
+  const rmat<float> ref = run_flash<posenc::backend::scalar>(p, opt, posenc::alibi_policy(4));
+  CHECK(rel_err(ref, run_reference(p, opt, posenc::alibi_policy(4))) < 2e-6);
+  int ran = 0;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    INFO(B::name());
+    CHECK(run_flash<B>(p, opt, posenc::alibi_policy(4)) == ref);
+    ++ran;
+  });
+  SUCCEED("SIMD backends compared: " << ran);
+}
+
+TEST_CASE("double storage computes in double", "[flash]") {
+  const sizes z{1, 2, 2, 90, 270, 40, 24};
+  const problem<double> p(z, 61);
+  for (auto [name, opt] : masks(z)) {
+    INFO(name);
+    const rmat<double> t5 = random_matrix(32, 2, 3);
+    CHECK(rel_err(run_flash(p, opt, posenc::t5_bias_policy(t5, {})),
+                  run_reference(p, opt, posenc::t5_bias_policy(t5, {}))) < 1e-13);
+  }
+}
+
+TEST_CASE("half and bfloat16 storage compute in float", "[flash][storage]") {
+  const sizes z{1, 2, 1, 70, 300, 64, 64};
+  const problem<float> pf(z, 71);
+  posenc::attention_options opt;
+  opt.mask.causal = true;
+  auto check = [&](auto tag, double tol) {
+    using H = decltype(tag);
+    problem<H> ph(z, 71);
+    ph.q = pf.q.cast<H>();
+    ph.k = pf.k.cast<H>();
+    ph.v = pf.v.cast<H>();
+    // The reference on the same rounded inputs, in float.
+    problem<float> pr = pf;
+    pr.q = ph.q.template cast<float>();
+    pr.k = ph.k.template cast<float>();
+    pr.v = ph.v.template cast<float>();
+    const rmat<float> want = run_reference(pr, opt, posenc::alibi_policy(2));
+    const rmat<H> got = run_flash(ph, opt, posenc::alibi_policy(2));
+    CHECK(rel_err(got.template cast<float>(), want) < tol);  // one rounding of the output
+  };
+  check(Eigen::half(), 1e-3);
+  check(Eigen::bfloat16(), 8e-3);
+}
+
+TEST_CASE("flash rejects bad input with posenc::error", "[flash][errors]") {
+  const sizes z{1, 4, 2, 5, 6, 8, 8};
+  const problem<float> p(z, 81);
+  rmat<float> out = p.empty_out();
+  posenc::flash_config cfg;
+  cfg.threads = -1;
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), {},
+                                                          posenc::no_position{}, cfg),
+                       "threads = -1");
+  const problem<float> bad(sizes{1, 4, 3, 5, 6, 8, 8}, 81);
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(bad.qv(), bad.kv(), bad.vv(), bad.ov(out)),
+                       "kv_heads = 3");
+  posenc::attention_options opt;
+  opt.q_offset = -2;
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
+                       "q_offset = -2");
+  opt = {};
+  opt.scale = -1;
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
+                       "scale = -1");
+  opt = {};
+  opt.mask.key_lengths = {7};
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
+                       "mask.key_lengths[b] = 7");
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), {},
+                                                          posenc::alibi_policy(3)),
+                       "heads = 4");
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), {},
+                                                          posenc::rotary_policy(6)),
+                       "dim = 8");
+  const rmat<float> q = random_matrix(4, 8, 1).cast<float>(), k = random_matrix(5, 6, 2).cast<float>();
+  POSENC_REQUIRE_ERROR(posenc::flash_attention(q, k, k), "k.cols() = 6");
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, q, 3, 1), "q.cols() = 8");
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, q, 2, 0), "kv_heads = 0");
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, q, 0, 1), "heads = 0");
+  const rmat<float> k5 = random_matrix(3, 8, 2).cast<float>();
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, k5, 2, 2), "v.rows() = 3");
+}
