@@ -32,6 +32,17 @@ std::string file(const char* name, const char* part) {
   return std::string("rotary_") + name + "_" + part + ".npy";
 }
 
+// Both cache modes run each golden; positions past 8192 are computed on the fly even in
+// cached mode (keeps the test fast).
+constexpr posenc::rope_cache_mode cache_modes[] = {posenc::rope_cache_mode::cached,
+                                                   posenc::rope_cache_mode::on_the_fly};
+posenc::rope_options golden_options(posenc::rope_cache_mode mode) {
+  posenc::rope_options opt;
+  opt.cache = mode;
+  opt.cache_limit = 8192;
+  return opt;
+}
+
 }  // namespace
 
 TEST_CASE("rotary: model goldens in double", "[rotary][golden]") {
@@ -40,10 +51,8 @@ TEST_CASE("rotary: model goldens in double", "[rotary][golden]") {
     const auto x = golden_matrix<double>(file(m.name, "x"));
     const auto y = golden_matrix<double>(file(m.name, "y"));
     const auto pos = golden_positions(file(m.name, "pos"));
-    for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
-      posenc::rope_options opt;
-      opt.cache = mode;
-      opt.cache_limit = 8192;  // far positions: computed on the fly (keeps the test fast)
+    for (auto mode : cache_modes) {
+      const posenc::rope_options opt = golden_options(mode);
       rotary_embedding<double> rope(m.head_dim, m.rotary_dim, m.base, m.pairing, opt);
       const auto out = rope.rotated(x, pos);
       // angles up to 1e6 rad: an ulp of inv_freq moves them by ~1e-10
@@ -70,10 +79,8 @@ TEST_CASE("rotary: float32 within 2e-6 of float64 up to position 1048576", "[rot
     const rmat<float> x = golden_matrix<double>(file(m.name, "x")).cast<float>();
     const auto y = golden_matrix<double>(file(m.name, "y"));
     const auto pos = golden_positions(file(m.name, "pos"));
-    for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
-      posenc::rope_options opt;
-      opt.cache = mode;
-      opt.cache_limit = 8192;  // far positions: computed on the fly (keeps the test fast)
+    for (auto mode : cache_modes) {
+      const posenc::rope_options opt = golden_options(mode);
       rotary_embedding<float> rope(m.head_dim, m.rotary_dim, m.base, m.pairing, opt);
       const auto out = rope.rotated(x, pos);
       const double err = max_row_rel_err(out, y);
@@ -88,11 +95,9 @@ TEST_CASE("rotary: float32_reference reproduces float32 angle arithmetic", "[rot
   const auto y64 = golden_matrix<double>("rotary_llama2_7b_y.npy");
   const auto y32 = golden_matrix<double>("rotary_llama2_7b_y_f32ref.npy");
   const auto pos = golden_positions("rotary_llama2_7b_pos.npy");
-  for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
-    posenc::rope_options opt;
+  for (auto mode : cache_modes) {
+    posenc::rope_options opt = golden_options(mode);
     opt.precision = posenc::rope_precision::float32_reference;
-    opt.cache = mode;
-    opt.cache_limit = 8192;
     rotary_embedding<float> rope(128, -1, 1e4, rope_pairing::half, opt);
     const auto out = rope.rotated(x, pos);
     // the same float32 operations as the reference: equal to rounding
@@ -115,11 +120,8 @@ TEST_CASE("rotary: xPos goldens for queries and keys", "[rotary][golden][xpos]")
   cfg.scaling = posenc::rope_scaling_type::xpos;
   cfg.xpos_scale_base = 512;
   cfg.xpos_gamma = 0.4;
-  for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
-    posenc::rope_options opt;
-    opt.cache = mode;
-    opt.cache_limit = 8192;
-    rotary_embedding<double> rope(cfg, 0, opt);
+  for (auto mode : cache_modes) {
+    rotary_embedding<double> rope(cfg, 0, golden_options(mode));
     CHECK(max_abs_diff(rope.rotated(x, pos, posenc::rope_role::query), yq) < 1e-12);
     CHECK(max_abs_diff(rope.rotated(x, pos, posenc::rope_role::key), yk) < 1e-12);
     // apply_qk gives q the query scale and k the key scale
