@@ -23,10 +23,27 @@ long long positive(const args& a, const std::string& name) {
   return v;
 }
 
-void check_size(long long len, long long dim) {
+struct table_shape {
+  long long len, dim;
+};
+
+// --dim, then --len (each >= 1), then their product against max_elements.
+table_shape read_shape(const args& a) {
+  const long long dim = positive(a, "--dim");
+  const long long len = positive(a, "--len");
   if (len > max_elements / dim)
     throw usage_error("table too large: --len " + std::to_string(len) + " x --dim " +
                       std::to_string(dim) + " exceeds 2^32 elements");
+  return {len, dim};
+}
+
+// The flags both table commands end with.
+const flag dtype_flag{"--dtype", "f32|f64", "element type of the file (default f32)", false};
+const flag out_flag{"--out", "FILE.npy", "output file", true};
+
+template <class Scalar>
+const char* dtype_name() {
+  return sizeof(Scalar) == 4 ? "float32" : "float64";
 }
 
 template <class Scalar>
@@ -35,7 +52,7 @@ int write_sinusoidal(const posenc::sinusoidal_config& cfg, long long len, long l
   const posenc::sinusoidal<Scalar> enc(cfg);
   posenc::io::write_npy(out, enc.table(len, offset));
   std::cout << "wrote " << out << ": [" << len << ", " << cfg.dim << "] "
-            << (sizeof(Scalar) == 4 ? "float32" : "float64") << ", " << posenc::to_string(cfg.preset)
+            << dtype_name<Scalar>() << ", " << posenc::to_string(cfg.preset)
             << ", positions " << offset << ".." << offset + len - 1 << "\n";
   return 0;
 }
@@ -45,7 +62,7 @@ int write_learned(long long len, long long dim, std::uint64_t seed, const std::s
   const posenc::learned_table<Scalar> t(len, dim, seed);
   t.save_npy(out);
   std::cout << "wrote " << out << ": [" << len << ", " << dim << "] "
-            << (sizeof(Scalar) == 4 ? "float32" : "float64") << ", N(0, 0.02), seed " << seed << "\n";
+            << dtype_name<Scalar>() << ", N(0, 0.02), seed " << seed << "\n";
   return 0;
 }
 
@@ -65,13 +82,11 @@ command sinusoidal_command() {
       {"--base", "B", "frequency base (default 10000); t2t: max_timescale", false},
       {"--preset", "NAME", "vaswani (interleaved sin/cos, default), fairseq or t2t (sin block, cos block)", false},
       {"--padding-idx", "N", "fairseq only: position N gets a zero row", false},
-      {"--dtype", "f32|f64", "element type of the file (default f32)", false},
-      {"--out", "FILE.npy", "output file", true},
+      dtype_flag,
+      out_flag,
   };
   c.run = [](const args& a) {
-    const long long dim = positive(a, "--dim");
-    const long long len = positive(a, "--len");
-    check_size(len, dim);
+    const auto [len, dim] = read_shape(a);
     const long long offset = a.integer_or("--offset", 0);
     const std::string preset = a.choice("--preset", {"vaswani", "fairseq", "t2t"}, "vaswani");
     const std::string dtype = a.choice("--dtype", {"f32", "f64"}, "f32");
@@ -103,13 +118,11 @@ command learned_command() {
       {"--dim", "D", "width d of each row, >= 1", true},
       {"--len", "L", "number of positions (max_len), >= 1", true},
       {"--seed", "S", "generator seed, 0 .. 2^63-1 (same seed, same table, every platform)", true},
-      {"--dtype", "f32|f64", "element type of the file (default f32)", false},
-      {"--out", "FILE.npy", "output file", true},
+      dtype_flag,
+      out_flag,
   };
   c.run = [](const args& a) {
-    const long long dim = positive(a, "--dim");
-    const long long len = positive(a, "--len");
-    check_size(len, dim);
+    const auto [len, dim] = read_shape(a);
     const long long seed = a.integer("--seed");
     if (seed < 0) throw usage_error("invalid value for --seed: " + std::to_string(seed) + " (must be >= 0)");
     const std::string dtype = a.choice("--dtype", {"f32", "f64"}, "f32");
