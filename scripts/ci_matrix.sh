@@ -73,12 +73,13 @@ for c in "${configs[@]}"; do
   case "$c" in
     v3) run_config v3 -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx2 ;;
-    # GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (their unmasked
-    # forms start from _mm512_undefined_*()) once Eigen's AVX-512 reductions are inlined into
-    # a test: a known false positive in headers posenc does not own (posenc's packet layer
-    # avoids it), so it is not an error in this configuration.
+    # GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsics (their unmasked
+    # forms start from _mm512_undefined_*()) once Eigen's AVX-512 reductions and transposes
+    # are inlined into a test: a known false positive in headers posenc does not own
+    # (posenc's packet layer avoids it). Shown, but not an error, in this configuration; the
+    # README, v3, clang and arm64 builds keep them as errors.
     v4) run_config v4 -DCMAKE_CXX_COMPILER=g++ \
-          -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v4 -Wno-maybe-uninitialized" \
+          -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v4 -Wno-error=uninitialized -Wno-error=maybe-uninitialized" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx512 ;;
     # clang also builds the examples (the CLI tests run), as the README build does with g++
     clang) run_config clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
