@@ -1,0 +1,181 @@
+// The tiled (flash-style) attention kernel next to its baselines, measured in the same run:
+//
+//   eigen_gemm/N/d            the two Eigen float products of one head, S = Q·Kᵀ [N, N] and
+//                             O = S·V [N, d]: the work any attention does, without softmax
+//   flash/N/d/causal/threads  posenc::flash_multi_head_attention, 8 heads, float32
+//   read_kv/keys/d            a plain read of the K and V bytes of a decode step (8 heads)
+//   decode/keys/d/threads     one query over a `keys`-long cache, 8 heads
+//
+// GFLOP/s counts the useful work of the two products, 4·d per visible (query, key) pair:
+// 4·N²·d per head without a mask, 4·d·N(N+1)/2 with the causal mask. `per_thread` is
+// GFLOP/s divided by the thread count. Decode and read_kv report bytes of K and V per
+// second. Single-thread figures use the benchmark thread's CPU time (robust on a shared,
+// oversubscribed machine); thread comparisons use wall-clock time. Keep runs short:
+//
+//   bench_flash --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <posenc/attention/flash.hpp>
+#include <posenc/encoding/alibi.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace {
+
+using posenc::Index;
+using fmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+constexpr Index kHeads = 8;
+
+fmat random_input(Index rows, Index cols, std::uint64_t seed) {
+  std::uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+  fmat m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    m.data()[i] = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return m;
+}
+
+double useful_flops(Index n, Index d, bool causal, Index heads) {
+  const double pairs = causal ? 0.5 * double(n) * double(n + 1) : double(n) * double(n);
+  return 4.0 * pairs * double(d) * double(heads);
+}
+
+void set_flops(benchmark::State& state, double flops, Index threads) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["per_thread"] =
+      benchmark::Counter(flops * 1e-9 / double(threads), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void eigen_gemm(benchmark::State& state) {
+  const Index n = state.range(0), d = state.range(1);
+  const fmat q = random_input(n, d, 1), k = random_input(n, d, 2), v = random_input(n, d, 3);
+  fmat s(n, n), o(n, d);
+  for (auto _ : state) {
+    s.noalias() = q * k.transpose();
+    o.noalias() = s * v;
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, useful_flops(n, d, false, 1), 1);
+  state.SetLabel("baseline: Eigen float GEMMs, one head");
+}
+
+void flash(benchmark::State& state) {
+  const Index n = state.range(0), d = state.range(1), threads = state.range(3);
+  const bool causal = state.range(2) != 0;
+  const fmat q = random_input(n, kHeads * d, 1), k = random_input(n, kHeads * d, 2),
+             v = random_input(n, kHeads * d, 3);
+  fmat out(n, kHeads * d);
+  posenc::attention_options opt;
+  opt.mask.causal = causal;
+  const auto qv = posenc::view_shd(q.data(), n, kHeads, d), kv = posenc::view_shd(k.data(), n, kHeads, d),
+             vv = posenc::view_shd(v.data(), n, kHeads, d);
+  const auto ov = posenc::view_shd(out.data(), n, kHeads, d);
+  for (auto _ : state) {
+    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position{},
+                                       posenc::flash_config{threads});
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, useful_flops(n, d, causal, kHeads), threads);
+  state.SetLabel(std::string(posenc::default_backend::name()) + (causal ? ", causal" : ""));
+}
+
+void flash_alibi(benchmark::State& state) {
+  const Index n = state.range(0), d = state.range(1);
+  const fmat q = random_input(n, kHeads * d, 1), k = random_input(n, kHeads * d, 2),
+             v = random_input(n, kHeads * d, 3);
+  fmat out(n, kHeads * d);
+  posenc::attention_options opt;
+  opt.mask.causal = true;
+  const posenc::alibi_policy alibi(kHeads);
+  const auto qv = posenc::view_shd(q.data(), n, kHeads, d), kv = posenc::view_shd(k.data(), n, kHeads, d),
+             vv = posenc::view_shd(v.data(), n, kHeads, d);
+  const auto ov = posenc::view_shd(out.data(), n, kHeads, d);
+  for (auto _ : state) {
+    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, alibi);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, useful_flops(n, d, true, kHeads), 1);
+  state.SetLabel("ALiBi in the tiles, causal");
+}
+
+// K and V of a decode step: [keys, 8 heads, d] each.
+struct kv_cache {
+  fmat k, v;
+  kv_cache(Index keys, Index d) : k(random_input(keys, kHeads * d, 2)), v(random_input(keys, kHeads * d, 3)) {}
+};
+
+void read_kv(benchmark::State& state) {
+  const Index keys = state.range(0), d = state.range(1);
+  const kv_cache c(keys, d);
+  for (auto _ : state) {
+    float sk = c.k.sum(), sv = c.v.sum();
+    benchmark::DoNotOptimize(sk);
+    benchmark::DoNotOptimize(sv);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * keys * kHeads * d * Index(sizeof(float)));
+  state.SetLabel("baseline: plain read of K and V");
+}
+
+void decode(benchmark::State& state) {
+  const Index keys = state.range(0), d = state.range(1), threads = state.range(2);
+  const kv_cache c(keys, d);
+  const fmat q = random_input(1, kHeads * d, 1);
+  fmat out(1, kHeads * d);
+  posenc::attention_options opt;
+  opt.mask.causal = true;
+  opt.q_offset = keys - 1;
+  const auto qv = posenc::view_shd(q.data(), 1, kHeads, d), kv = posenc::view_shd(c.k.data(), keys, kHeads, d),
+             vv = posenc::view_shd(c.v.data(), keys, kHeads, d);
+  const auto ov = posenc::view_shd(out.data(), 1, kHeads, d);
+  for (auto _ : state) {
+    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position{},
+                                       posenc::flash_config{threads});
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * keys * kHeads * d * Index(sizeof(float)));
+  state.SetLabel("split-key decode, " + std::to_string(threads) + " thread(s)");
+}
+
+void main_grid(benchmark::internal::Benchmark* b) {
+  for (long n : {512L, 2048L, 8192L})
+    for (long d : {64L, 128L})
+      for (long causal : {0L, 1L}) b->Args({n, d, causal, 1});
+  // Head dims off the vector width, against d = 64 above.
+  for (long d : {72L, 80L, 96L}) b->Args({2048, d, 0, 1});
+  b->Unit(benchmark::kMillisecond);
+}
+
+// One thread against two: wall-clock time (the speed-up) and the CPU time of the whole
+// process (the work: equal CPU time means no parallel overhead).
+void thread_grid(benchmark::internal::Benchmark* b) {
+  for (long t : {1L, 2L}) {
+    b->Args({2048, 64, 0, t});
+    b->Args({2048, 128, 1, t});
+  }
+  b->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+BENCHMARK(eigen_gemm)
+    ->ArgsProduct({{512, 2048, 8192}, {64, 128}})
+    ->Args({2048, 72})
+    ->Args({2048, 80})
+    ->Args({2048, 96})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(flash)->Apply(main_grid);
+BENCHMARK(flash)->Apply(thread_grid)->UseRealTime();
+BENCHMARK(flash)->Apply(thread_grid)->MeasureProcessCPUTime();
+BENCHMARK(flash_alibi)->Args({2048, 64})->Unit(benchmark::kMillisecond);
+BENCHMARK(read_kv)->Args({16384, 128})->Unit(benchmark::kMillisecond);
+BENCHMARK(decode)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(decode)->Args({16384, 128, 1})->Args({16384, 128, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK_MAIN();

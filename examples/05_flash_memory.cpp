@@ -1,0 +1,105 @@
+// Example 05: the tiled attention kernel's memory. One head, N = 32768 tokens, d = 128,
+// causal, float32: the [N, N] logits alone would take 4 GiB; the tiled kernel needs only
+// its tiles. The peak resident set (getrusage) is read after the inputs and the output are
+// allocated and touched, and again after the call: the difference is the kernel's extra
+// memory, which must stay under 64 MiB. A few output rows are checked against a direct
+// computation in double.
+//
+// Unoptimised builds (no NDEBUG: debug / sanitizer CI) run N = 4096 to keep the test
+// suite fast; the memory bound is checked the same way.
+
+#include <posenc/attention/flash.hpp>
+
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace {
+
+using posenc::Index;
+using fmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Peak resident set size of this process so far, in bytes (Linux reports KiB).
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
+}
+
+fmat random_input(Index rows, Index cols, std::uint64_t seed) {
+  std::uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+  fmat m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    m.data()[i] = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return m;
+}
+
+/// Row i of causal softmax(q kᵀ / sqrt(d)) v, directly, in double.
+std::vector<double> direct_row(const fmat& q, const fmat& k, const fmat& v, Index i) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.cols()));
+  std::vector<double> logit(static_cast<std::size_t>(i + 1));
+  double mx = -INFINITY;
+  for (Index j = 0; j <= i; ++j) {
+    double dot = 0;
+    for (Index c = 0; c < q.cols(); ++c) dot += double(q(i, c)) * double(k(j, c));
+    logit[static_cast<std::size_t>(j)] = scale * dot;
+    mx = std::max(mx, scale * dot);
+  }
+  double sum = 0;
+  for (auto& l : logit) sum += (l = std::exp(l - mx));
+  std::vector<double> out(static_cast<std::size_t>(v.cols()), 0.0);
+  for (Index j = 0; j <= i; ++j)
+    for (Index c = 0; c < v.cols(); ++c)
+      out[static_cast<std::size_t>(c)] += logit[static_cast<std::size_t>(j)] / sum * double(v(j, c));
+  return out;
+}
+
+}  // namespace
+
+int main() {
+#ifdef NDEBUG
+  const Index n = 32768;
+#else
+  const Index n = 4096;
+#endif
+  const Index d = 128;
+  const fmat q = random_input(n, d, 1), k = random_input(n, d, 2), v = random_input(n, d, 3);
+  fmat out = fmat::Zero(n, d);  // touched: counted in the baseline
+  const double before = peak_rss_bytes();
+
+  posenc::attention_options opt;
+  opt.mask.causal = true;
+  posenc::flash_multi_head_attention(posenc::view_shd(q.data(), n, 1, d), posenc::view_shd(k.data(), n, 1, d),
+                                     posenc::view_shd(v.data(), n, 1, d),
+                                     posenc::view_shd(out.data(), n, 1, d), opt);
+
+  const double extra = peak_rss_bytes() - before;
+  const double inputs = 4.0 * double(n) * double(d) * sizeof(float);
+  std::printf("N = %lld, d = %lld, one head, causal\n", static_cast<long long>(n),
+              static_cast<long long>(d));
+  std::printf("inputs + output: %.1f MiB; peak RSS before the call: %.1f MiB\n",
+              inputs / 1048576.0, before / 1048576.0);
+  std::printf("extra peak memory of the call: %.2f MiB (limit 64 MiB; [N, N] logits would be %.0f MiB)\n",
+              extra / 1048576.0, 4.0 * double(n) * double(n) / 1048576.0);
+
+  bool ok = extra < 64.0 * 1048576.0;
+  double worst = 0;
+  for (Index i : {Index(0), Index(1), Index(777), n / 2 + 3, n - 1}) {
+    const auto want = direct_row(q, k, v, i);
+    double num = 0, den = 0;
+    for (Index c = 0; c < d; ++c) {
+      num = std::max(num, std::abs(double(out(i, c)) - want[static_cast<std::size_t>(c)]));
+      den = std::max(den, std::abs(want[static_cast<std::size_t>(c)]));
+    }
+    worst = std::max(worst, num / den);
+  }
+  std::printf("worst relative error of 5 checked rows: %.3g (limit 2e-6)\n", worst);
+  ok = ok && worst < 2e-6;
+  std::printf("%s\n", ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
