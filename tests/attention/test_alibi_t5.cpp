@@ -5,6 +5,7 @@
 #include <posenc/encoding/t5_bias.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "attention_support.hpp"
@@ -129,6 +130,9 @@ TEST_CASE("ALiBi errors name the parameter", "[alibi][errors]") {
   POSENC_REQUIRE_ERROR(posenc::alibi_bias(2, -1, 3), "len_q = -1");
   POSENC_REQUIRE_ERROR(posenc::alibi_bias(2, 1, -3), "len_k = -3");
   POSENC_REQUIRE_ERROR(posenc::alibi_bias(2, 1, 3, -1), "q_offset = -1");
+  const Index max = std::numeric_limits<Index>::max();
+  POSENC_REQUIRE_ERROR(posenc::alibi_bias(2, 3, 3, max - 1), "q_offset = 9223372036854775806");
+  CHECK(posenc::alibi_bias(2, 3, 3, max - 3).allFinite());
 }
 
 TEST_CASE("T5 buckets match the reference over -300..300", "[t5][golden]") {
@@ -215,6 +219,13 @@ TEST_CASE("T5 errors name the parameter", "[t5][errors]") {
   POSENC_REQUIRE_ERROR(posenc::t5_buckets(-1, 2, {}), "len_q = -1");
   POSENC_REQUIRE_ERROR(posenc::t5_buckets(1, -2, {}), "len_k = -2");
   POSENC_REQUIRE_ERROR(posenc::t5_buckets(1, 2, {}, -3), "q_offset = -3");
+  // Positions q_offset + i must be representable (no wrapped, negative bucket indices).
+  const Index max = std::numeric_limits<Index>::max();
+  POSENC_REQUIRE_ERROR(posenc::t5_buckets(3, 5, {}, max), "q_offset = 9223372036854775807");
+  POSENC_REQUIRE_ERROR(posenc::t5_buckets(3, 5, {}, max - 2), "q_offset = 9223372036854775805");
+  const auto far = posenc::t5_buckets(3, 5, {}, max - 3);
+  CHECK(far.minCoeff() >= 0);
+  CHECK(far.maxCoeff() < 32);
   const auto table = posenc_test::random_matrix(32, 2, 1);
   POSENC_REQUIRE_ERROR(posenc::t5_bias_policy(table, {16, 128, true}), "table.rows() = 32");
   const posenc_test::rmat<double> empty(32, 0);

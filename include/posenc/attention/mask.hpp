@@ -65,7 +65,7 @@ namespace detail {
 
 /// Validates a mask against a call's shape (once per call, before any work).
 inline void check_mask(const attention_mask& m, const attention_shape& s, const char* where) {
-  require(s.q_offset >= 0, where, "q_offset", s.q_offset, "must be >= 0");
+  check_positions(s, where);
   if (!m.key_lengths.empty()) {
     require(static_cast<Index>(m.key_lengths.size()) == s.batch, where,
             "mask.key_lengths.size()", m.key_lengths.size(), "must equal the batch size");

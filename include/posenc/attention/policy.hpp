@@ -71,6 +71,8 @@
 
 #include <Eigen/Core>
 
+#include <limits>
+
 #include "../core/error.hpp"
 #include "../core/view.hpp"
 
@@ -96,6 +98,20 @@ struct attention_shape {
   Index dim_v = 0;     ///< value head dim dv
   Index q_offset = 0;  ///< absolute position of query row 0
 };
+
+namespace detail {
+/// Validates the sizes and positions of a call: len_q, len_k >= 0, q_offset >= 0, and
+/// q_offset + len_q representable in Index, so that the position arithmetic of the kernel
+/// and of every policy (pos + 1, j - pos) cannot overflow, whatever the offset.
+inline void check_positions(const attention_shape& s, const char* where) {
+  require(s.len_q >= 0, where, "len_q", s.len_q, "must be >= 0");
+  require(s.len_k >= 0, where, "len_k", s.len_k, "must be >= 0");
+  require(s.q_offset >= 0, where, "q_offset", s.q_offset, "must be >= 0");
+  require(s.q_offset <= std::numeric_limits<Index>::max() - s.len_q, where, "q_offset", s.q_offset,
+          "must be <= the largest Index minus len_q (query positions q_offset + i must be "
+          "representable)");
+}
+}  // namespace detail
 
 /// The gradient type of a policy without learned parameters.
 struct no_gradient {};
@@ -157,6 +173,7 @@ struct no_position : policy_base {
 template <class Policy>
 dmatrix materialize_bias(const Policy& policy, Index batch, Index head,
                          const attention_shape& shape) {
+  detail::check_positions(shape, "materialize_bias");
   policy.check(shape);
   detail::require(batch >= 0 && batch < shape.batch, "materialize_bias", "batch", batch,
                   "must be in [0, shape.batch)");
@@ -176,6 +193,7 @@ dmatrix materialize_bias(const Policy& policy, Index batch, Index head,
 template <class Policy, class DerivedQ>
 dmatrix materialize_score(const Policy& policy, Index batch, Index head,
                           const attention_shape& shape, const Eigen::MatrixBase<DerivedQ>& q) {
+  detail::check_positions(shape, "materialize_score");
   policy.check(shape);
   detail::require(q.rows() == shape.len_q, "materialize_score", "q.rows()", q.rows(),
                   "must equal shape.len_q");

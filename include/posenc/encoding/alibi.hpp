@@ -130,16 +130,14 @@ class alibi_policy : public policy_base {
 /// h·Lq + i is head h, query i at position q_offset + i), for inspection and the CLI.
 inline dmatrix alibi_bias(Index heads, Index len_q, Index len_k, Index q_offset = 0,
                           alibi_form form = alibi_form::causal) {
-  detail::require(len_q >= 0, "alibi_bias", "len_q", len_q, "must be >= 0");
-  detail::require(len_k >= 0, "alibi_bias", "len_k", len_k, "must be >= 0");
-  detail::require(q_offset >= 0, "alibi_bias", "q_offset", q_offset, "must be >= 0");
-  const alibi_policy p(heads, form);
   attention_shape s;
   s.heads = heads;
   s.len_q = len_q;
   s.len_k = len_k;
   s.dim = 1;
   s.q_offset = q_offset;
+  detail::check_positions(s, "alibi_bias");
+  const alibi_policy p(heads, form);
   dmatrix out(heads * len_q, len_k);
   for (Index h = 0; h < heads; ++h) out.middleRows(h * len_q, len_q) = materialize_bias(p, 0, h, s);
   return out;

@@ -90,6 +90,9 @@ inline Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> t5_
   detail::require(len_q >= 0, "t5_buckets", "len_q", len_q, "must be >= 0");
   detail::require(len_k >= 0, "t5_buckets", "len_k", len_k, "must be >= 0");
   detail::require(q_offset >= 0, "t5_buckets", "q_offset", q_offset, "must be >= 0");
+  detail::require(q_offset <= std::numeric_limits<Index>::max() - len_q, "t5_buckets", "q_offset",
+                  q_offset, "must be <= the largest Index minus len_q (query positions "
+                  "q_offset + i must be representable)");
   Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> out(len_q, len_k);
   for (Index i = 0; i < len_q; ++i)
     for (Index j = 0; j < len_k; ++j)
