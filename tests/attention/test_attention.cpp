@@ -140,6 +140,46 @@ TEST_CASE("fully masked rows give zeros, never NaN", "[attention][mask]") {
   CHECK(out.isZero(0));
 }
 
+TEST_CASE("NaN and infinite inputs propagate; they are never silently zeroed", "[attention][numerics]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  rmat<double> q = random_matrix(4, 3, 21);
+  rmat<double> k = random_matrix(5, 3, 22);
+  const auto v = random_matrix(5, 2, 23);
+  k(0, 1) = 0.5;  // so that row 2 meets a +inf logit (and k(1, 1) a -inf one)
+  k(1, 1) = -0.5;
+  q(1, 0) = nan;  // every logit of row 1 is NaN: its weights and output are NaN, not zeros
+  q(2, 1) = inf;  // row 2 has +-inf logits: +inf makes its weights NaN (exp(inf - inf))
+  rmat<double> w;
+  const auto out = posenc::attention_with_weights(q, k, v, w, {}, posenc::alibi_policy(1));
+  CHECK(out.row(1).array().isNaN().all());
+  CHECK(w.row(1).array().isNaN().all());
+  CHECK(out.row(2).array().isNaN().all());
+  // The other rows are untouched by the bad ones.
+  for (Index i : {Index(0), Index(3)}) {
+    CHECK(out.row(i).allFinite());
+    CHECK(std::abs(w.row(i).sum() - 1.0) < 1e-14);
+  }
+  // One NaN key component poisons only the rows that can see that key.
+  rmat<double> k2 = k;
+  k2(3, 2) = nan;
+  posenc::attention_options causal;
+  causal.mask.causal = true;
+  const auto outc = posenc::attention(random_matrix(5, 3, 24), k2, v, causal);
+  CHECK(outc.topRows(3).allFinite());
+  CHECK(outc.bottomRows(2).array().isNaN().all());
+  // A NaN value row reaches exactly the outputs that weigh it (all of them here).
+  rmat<double> v2 = v;
+  v2(0, 1) = nan;
+  const auto outv = posenc::attention(random_matrix(4, 3, 25), k, v2);
+  CHECK(outv.col(0).allFinite());
+  CHECK(outv.col(1).array().isNaN().all());
+  // float inputs behave the same.
+  const rmat<float> qf = q.cast<float>();
+  const auto outf = posenc::attention(qf, k.cast<float>().eval(), v.cast<float>().eval());
+  CHECK(outf.row(1).array().isNaN().all());
+  CHECK(outf.row(0).allFinite());
+}
+
 TEST_CASE("weights rows sum to one and respect the causal offset", "[attention][mask]") {
   const auto q = random_matrix(6, 4, 11), k = random_matrix(10, 4, 12), v = random_matrix(10, 3, 13);
   posenc::attention_options opt;
@@ -261,6 +301,28 @@ TEST_CASE("attention validates its arguments", "[attention][errors]") {
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, opt), "mask.additive element = inf");
   opt.mask.additive(1, 1) = std::numeric_limits<double>::quiet_NaN();
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, opt), "mask.additive element = nan");
+  // Query positions q_offset + i must be representable: no signed overflow in pos + 1.
+  opt = {};
+  opt.mask.causal = true;
+  opt.q_offset = std::numeric_limits<Index>::max() - 2;  // Lq = 3: the last position overflows
+  POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, opt, posenc::alibi_policy(1)),
+                       "q_offset = 9223372036854775805");
+  opt.q_offset = std::numeric_limits<Index>::max() - 3;  // the largest accepted offset
+  CHECK(posenc::attention(q, k, v, opt, posenc::alibi_policy(1)).rows() == 3);
+  posenc::attention_shape big;
+  big.len_q = 2;
+  big.len_k = 2;
+  big.dim = 1;
+  big.q_offset = std::numeric_limits<Index>::max();
+  POSENC_REQUIRE_ERROR(posenc::materialize_bias(posenc::alibi_policy(1), 0, 0, big),
+                       "q_offset = 9223372036854775807");
+  big.q_offset = 0;
+  big.len_q = -1;
+  POSENC_REQUIRE_ERROR(posenc::materialize_bias(posenc::alibi_policy(1), 0, 0, big), "len_q = -1");
+  big.len_q = 2;
+  big.len_k = -4;
+  POSENC_REQUIRE_ERROR(posenc::materialize_score(posenc::no_position{}, 0, 0, big, rmat<double>(2, 1)),
+                       "len_k = -4");
   // Per-head policies must be narrowed for a single-head call.
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, {}, posenc::alibi_policy(4)), "heads = 1");
   rmat<double> w;

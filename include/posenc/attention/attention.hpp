@@ -13,6 +13,8 @@
 /// Inputs of any scalar type are converted to double and every sum is accumulated in
 /// double, so float32 results are the float64 results rounded once (well within 1e-5
 /// relative at L = 4096). A row whose keys are all masked gives zeros (mask.hpp).
+/// Non-finite inputs follow IEEE arithmetic: a NaN or +inf logit makes its whole row of
+/// weights and outputs NaN (as torch.softmax does); a -inf logit acts as a masked key.
 ///
 /// This kernel is the reference that faster backends are checked against; it processes
 /// 64 query rows at a time (a double GEMM over the visible keys), so its extra memory is
@@ -63,7 +65,8 @@ void check_attention(const attention_shape& s, const attention_options& opt,
 }
 
 /// The visible, unmasked logits of one row into p[0, limit) (-inf where masked), and
-/// their maximum (-inf when the row sees no key).
+/// their maximum (-inf when the row sees no key; NaN when any logit is NaN, so that NaN
+/// inputs give a NaN row, as torch.softmax does, never a silently zeroed one).
 template <class Policy, class Head>
 double row_logits(Head& hs, const attention_mask& mask, Index i, Index pos, Index limit,
                   double scale, const double* s, const Eigen::Ref<const drow>& q_raw,
@@ -83,7 +86,8 @@ double row_logits(Head& hs, const attention_mask& mask, Index i, Index pos, Inde
     if constexpr (Policy::has_bias) l += hs.bias(pos, j);
     if (use_add) l += mask.additive(i, j);
     p[j] = l;
-    mx = std::max(mx, l);
+    // A NaN logit must reach the softmax (std::max would drop it): the row becomes NaN.
+    if (l > mx || std::isnan(l)) mx = std::isnan(mx) ? mx : l;
   }
   return mx;
 }
