@@ -14,8 +14,10 @@
 namespace posenc_cli {
 namespace {
 
-// Refuse outputs whose element count would overflow or exhaust memory outright.
-constexpr long long max_elements = 1LL << 30;
+// Refuse outputs whose element count would overflow or need gigabytes (2^28 doubles is
+// 2 GiB), and head counts far beyond any model, before allocating anything.
+constexpr long long max_elements = 1LL << 28;
+constexpr long long max_heads = 1LL << 20;
 
 long long at_least(const args& a, const std::string& name, long long lo, long long fallback) {
   const long long v = a.has(name) ? a.integer(name) : fallback;
@@ -26,8 +28,18 @@ long long at_least(const args& a, const std::string& name, long long lo, long lo
 }
 
 void check_size(long long a, long long b, long long c, const std::string& what) {
-  if (b > 0 && c > 0 && a > max_elements / b / c)
-    throw usage_error(what + " too large: exceeds 2^30 elements");
+  // Each factor alone too (an empty output must not hide a huge head count).
+  if (a > max_elements || b > max_elements || c > max_elements ||
+      (b > 0 && c > 0 && a > max_elements / b / c))
+    throw usage_error(what + " too large: " + std::to_string(a) + " x " + std::to_string(b) + " x " +
+                      std::to_string(c) + " exceeds 2^28 elements");
+}
+
+long long heads_flag(const args& a, const std::string& name) {
+  const long long h = at_least(a, name, 1, 1);
+  if (h > max_heads)
+    throw usage_error("invalid value for " + name + ": " + std::to_string(h) + " (must be <= 2^20)");
+  return h;
 }
 
 using dmat = posenc::attention_matrix<double>;
@@ -41,10 +53,14 @@ int run_attention(const dmat& q, const dmat& k, const dmat& v, const posenc::att
                   const Policy& policy, const args& a) {
   using M = posenc::attention_matrix<Scalar>;
   const M qs = q.cast<Scalar>(), ks = k.cast<Scalar>(), vs = v.cast<Scalar>();
+  // The [Lq, Lk] weights only when asked for: the kernel itself never forms them.
   M w;
-  const M out = posenc::attention_with_weights(qs, ks, vs, w, opt, policy);
+  const bool want_w = a.has("--weights-out");
+  if (want_w) check_size(1, q.rows(), k.rows(), "attention weights");
+  const M out = want_w ? posenc::attention_with_weights(qs, ks, vs, w, opt, policy)
+                       : posenc::attention(qs, ks, vs, opt, policy);
   posenc::io::write_npy(a.str("--out"), out);
-  if (a.has("--weights-out")) posenc::io::write_npy(a.str("--weights-out"), w);
+  if (want_w) posenc::io::write_npy(a.str("--weights-out"), w);
   std::cout << "wrote " << a.str("--out") << ": [" << out.rows() << ", " << out.cols() << "] "
             << (sizeof(Scalar) == 4 ? "float32" : "float64") << "\n";
   return 0;
@@ -67,7 +83,7 @@ command bias_alibi_command() {
       "posenc bias alibi --heads H --len-q Lq --len-k Lk [--q-offset P] [--symmetric]\n"
       "                    [--max-bias X] [--dtype f32|f64] --out B.npy";
   c.flags = {
-      {"--heads", "H", "number of heads (any count >= 1)", true},
+      {"--heads", "H", "number of heads, 1 .. 2^20 (any count: the paper's slopes)", true},
       {"--len-q", "Lq", "queries; query i sits at position P + i", true},
       {"--len-k", "Lk", "keys; key j sits at position j", true},
       {"--q-offset", "P", "position of the first query (default 0)", false},
@@ -77,7 +93,7 @@ command bias_alibi_command() {
       {"--out", "B.npy", "output file", true},
   };
   c.run = [](const args& a) {
-    const long long H = at_least(a, "--heads", 1, 0), lq = at_least(a, "--len-q", 0, 0),
+    const long long H = heads_flag(a, "--heads"), lq = at_least(a, "--len-q", 0, 0),
                     lk = at_least(a, "--len-k", 0, 0), off = at_least(a, "--q-offset", 0, 0);
     check_size(H, lq, lk, "bias");
     const double max_bias = a.real_or("--max-bias", 8.0);
@@ -159,7 +175,7 @@ command attention_command() {
       {"--v", "V.npy", "values [Lk, dv]", true},
       {"--causal", "", "query i sees keys j <= P + i", false},
       {"--q-offset", "P", "position of the first query (default 0)", false},
-      {"--alibi-heads", "H", "ALiBi with the slopes for H heads", false},
+      {"--alibi-heads", "H", "ALiBi with the slopes for H heads (1 .. 2^20)", false},
       {"--alibi-head", "h", "which head's slope to use (default 0)", false},
       {"--symmetric", "", "ALiBi -m|i-j| instead of -m(i-j)", false},
       {"--rope-base", "B", "RoPE (half pairing) with base B on Q and K", false},
@@ -183,7 +199,7 @@ command attention_command() {
       if (opt.scale <= 0) throw usage_error("invalid value for --scale: must be > 0");
     }
     if (a.has("--alibi-heads")) {
-      const long long H = at_least(a, "--alibi-heads", 1, 1);
+      const long long H = heads_flag(a, "--alibi-heads");
       const long long h = at_least(a, "--alibi-head", 0, 0);
       if (h >= H) throw usage_error("invalid value for --alibi-head: " + std::to_string(h) + " (must be < H)");
       const auto form = a.has("--symmetric") ? posenc::alibi_form::symmetric : posenc::alibi_form::causal;

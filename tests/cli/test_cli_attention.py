@@ -121,8 +121,26 @@ def main():
         close(np.load(wpath) if os.path.exists(wpath) else None,
               ref.attention(q, k, v, s, causal=True)[1], 1e-13, "attention weights")
 
+        # Non-finite inputs propagate (documented in docs/attention.md): a query row with a
+        # NaN gives a NaN output row, never zeros; the other rows are exact.
+        qn = q.copy()
+        qn[2, 0] = np.nan
+        np.save(os.path.join(tmp, "qn.npy"), qn)
+        got = produce(cli, tmp, "attention", "--q", os.path.join(tmp, "qn.npy"), "--k", paths["k"],
+                      "--v", paths["v"])
+        expect(got is not None and np.isnan(got[2]).all(), "attention: a NaN query row gives a NaN row")
+        want = ref.attention(q, k, v, s)[0]
+        close(None if got is None else np.delete(got, 2, axis=0), np.delete(want, 2, axis=0), 1e-13,
+              "attention: rows without NaN are unaffected")
+        # Long sequences without --weights-out never form [Lq, Lk] (30000^2 doubles = 7 GB).
+        long_path = os.path.join(tmp, "long.npy")
+        np.save(long_path, np.zeros((30000, 1)))
+        got = produce(cli, tmp, "attention", "--q", long_path, "--k", long_path, "--v", long_path)
+        expect(got is not None and got.shape == (30000, 1) and not got.any(), "attention L=30000, no weights")
+
         # Errors: non-zero exit, one line on stderr, no output file.
         out = os.path.join(tmp, "bad.npy")
+        big = str(2 ** 63 - 1)
         for argv in (["bias", "alibi", "--heads", "0", "--len-q", "2", "--len-k", "2"],
                      ["bias", "alibi", "--heads", "2", "--len-q", "2"],
                      ["bias", "alibi", "--heads", "2", "--len-q", "2", "--len-k", "2", "--bogus"],
@@ -132,11 +150,23 @@ def main():
                      ["attention", *io, "--alibi-heads", "4", "--alibi-head", "4"],
                      ["attention", *io, "--rope-base", "0.5"],
                      ["attention", "--q", os.path.join(tmp, "missing.npy"), "--k", paths["k"], "--v", paths["v"]],
-                     ["attention", "--q", paths["q"], "--k", paths["v"], "--v", paths["v"]]):
+                     ["attention", "--q", paths["q"], "--k", paths["v"], "--v", paths["v"]],
+                     # Huge sizes: a clear error before any allocation, not bad_alloc.
+                     ["bias", "alibi", "--heads", "1000000000000", "--len-q", "0", "--len-k", "5"],
+                     ["bias", "alibi", "--heads", "4", "--len-q", "100000", "--len-k", "100000"],
+                     ["bias", "t5", "--len-q", "100000", "--len-k", "100000"],
+                     ["attention", *io, "--alibi-heads", "1000000000000"],
+                     ["attention", "--q", long_path, "--k", long_path, "--v", long_path,
+                      "--weights-out", os.path.join(tmp, "w_long.npy")],
+                     # Query positions past the largest int64 (q_offset + i would wrap).
+                     ["bias", "alibi", "--heads", "2", "--len-q", "3", "--len-k", "5", "--q-offset", big],
+                     ["bias", "t5", "--len-q", "3", "--len-k", "5", "--q-offset", big],
+                     ["attention", *io, "--causal", "--alibi-heads", "1", "--q-offset", big]):
             rc, so, se = run(cli, *argv, "--out", out)
             expect(rc != 0, f"{argv}: exit status {rc}")
             expect(len(se.strip().splitlines()) == 1, f"{argv}: stderr must be one line: {se!r}")
             expect(not os.path.exists(out), f"{argv}: no file on error")
+            expect("bad_alloc" not in se, f"{argv}: a clear error, not an allocation failure: {se!r}")
     print("cli attention: %d failures" % len(FAILURES))
     return 1 if FAILURES else 0
 
