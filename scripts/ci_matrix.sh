@@ -55,6 +55,8 @@ import json, os, sys
 root = os.path.realpath(sys.argv[1])
 names = set()
 for test in json.load(sys.stdin)["tests"]:
+    if "command" not in test:  # its executable is not built yet: target named as the test
+        names.add(test["name"])
     for arg in test.get("command", []):
         if os.path.realpath(arg).startswith(root + os.sep):
             names.add(os.path.basename(arg))
