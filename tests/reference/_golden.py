@@ -1,5 +1,5 @@
 """Shared machinery of the golden-file reference scripts (absolute.py, rotary.py,
-rope_scaling.py): the numpy import (exit 77, ctest's skip code, when it is missing), the
+rope_scaling.py, attention.py, relative.py, io_fixtures.py): the numpy import (exit 77, ctest's skip code, when it is missing), the
 tests/data folder, and the write / `--check` driver. The maths stays in each script.
 
 A script builds {file name: value} (a numpy array, saved as .npy, or raw bytes, written as

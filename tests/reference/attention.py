@@ -22,16 +22,11 @@ Usage:  attention.py            write tests/data/attention_*.npy
                                 (exit 1 on any mismatch or missing file)
 """
 import math
-import os
 import sys
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
+import _golden  # exits 77 (skip) when numpy is missing
+import numpy as np
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 PREFIX = "attention_"
 
 
@@ -176,26 +171,7 @@ def generate():
 
 
 def main():
-    files = generate()
-    if "--check" in sys.argv[1:]:
-        bad = 0
-        for name, arr in files.items():
-            path = os.path.join(DATA, PREFIX + name + ".npy")
-            if not os.path.exists(path):
-                print("missing", path)
-                bad += 1
-                continue
-            ref = np.load(path)
-            if ref.shape != arr.shape or ref.dtype != arr.dtype or not np.allclose(
-                    ref, arr, rtol=1e-13, atol=1e-14, equal_nan=True):
-                print("mismatch", path)
-                bad += 1
-        print("attention reference: %d files, %d problems" % (len(files), bad))
-        return 1 if bad else 0
-    for name, arr in files.items():
-        np.save(os.path.join(DATA, PREFIX + name + ".npy"), arr)
-    print("wrote %d files to %s" % (len(files), DATA))
-    return 0
+    return _golden.main("attention.py", _golden.npy_files(PREFIX, generate()), rtol=1e-13, atol=1e-14)
 
 
 if __name__ == "__main__":

@@ -23,17 +23,11 @@ Usage:  io_fixtures.py            write tests/data/io/*
 """
 import io
 import json
-import os
 import struct
 import sys
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
-
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "io")
+import _golden  # exits 77 (skip) when numpy is missing
+import numpy as np
 
 
 def ramp(n):
@@ -145,32 +139,11 @@ def fixtures():
 
 
 def main():
-    check = "--check" in sys.argv[1:]
     files = fixtures()
     total = sum(len(b) for b in files.values())
     assert total < 64 * 1024, total
-    bad = 0
-    if not check:
-        os.makedirs(DATA, exist_ok=True)
-    for name, data in sorted(files.items()):
-        path = os.path.join(DATA, name)
-        if check:
-            if not os.path.exists(path):
-                print("missing:", path)
-                bad += 1
-                continue
-            with open(path, "rb") as f:
-                if f.read() != data:
-                    print("mismatch:", path)
-                    bad += 1
-        else:
-            with open(path, "wb") as f:
-                f.write(data)
-    if check:
-        print("io fixtures: %d files, %d bytes, %d mismatches" % (len(files), total, bad))
-        return 1 if bad else 0
-    print("wrote %d files (%d bytes) to %s" % (len(files), total, DATA))
-    return 0
+    # Bytes, compared exactly; they live in tests/data/io/.
+    return _golden.main("io_fixtures.py", {"io/" + name: data for name, data in files.items()}, rtol=0, atol=0)
 
 
 if __name__ == "__main__":

@@ -29,16 +29,11 @@ Usage:  relative.py            write tests/data/relative_*.npy
         relative.py --check    regenerate in memory, compare with the committed files
                                (exit 1 on any mismatch or missing file)
 """
-import os
 import sys
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
+import _golden  # exits 77 (skip) when numpy is missing
+import numpy as np
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 PREFIX = "relative_"
 
 
@@ -296,28 +291,7 @@ def make_all():
 
 
 def main():
-    check = "--check" in sys.argv[1:]
-    arrays = make_all()
-    bad = 0
-    for key, val in sorted(arrays.items()):
-        path = os.path.join(DATA, PREFIX + key + ".npy")
-        if check:
-            if not os.path.exists(path):
-                print("missing", path)
-                bad += 1
-                continue
-            ref = np.load(path)
-            if ref.shape != val.shape or ref.dtype != val.dtype or not np.allclose(
-                    ref, val, rtol=1e-12, atol=1e-12):
-                print("mismatch", path)
-                bad += 1
-        else:
-            np.save(path, val)
-    if check:
-        print("%d arrays checked, %d bad" % (len(arrays), bad))
-        return 1 if bad else 0
-    print("wrote %d arrays to %s" % (len(arrays), os.path.normpath(DATA)))
-    return 0
+    return _golden.main("relative.py", _golden.npy_files(PREFIX, make_all()), rtol=1e-12, atol=1e-12)
 
 
 if __name__ == "__main__":
