@@ -8,37 +8,17 @@ Usage:  test_cli_attention.py PATH/TO/posenc
 """
 import math
 import os
-import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    print("numpy missing: skipped")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
-import attention as ref  # noqa: E402
-
-FAILURES = []
-
-
-def expect(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what)
-
-
-def run(cli, *argv):
-    p = subprocess.run([cli, *argv], capture_output=True, text=True, timeout=60)
-    return p.returncode, p.stdout, p.stderr
+from cli_testlib import expect, expect_one_line_error, np, remove, run
+import cli_testlib
+import attention as ref  # noqa: E402  (tests/reference, put on sys.path by cli_testlib)
 
 
 def produce(cli, tmp, *argv):
     out = os.path.join(tmp, "o.npy")
-    if os.path.exists(out):
-        os.remove(out)
+    remove(out)
     rc, so, se = run(cli, *argv, "--out", out)
     expect(rc == 0, f"{argv}: rc {rc}, stderr {se!r}")
     return np.load(out) if rc == 0 else None
@@ -61,10 +41,9 @@ def rope_half(x, positions, base):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__)
+    cli = cli_testlib.cli_path(__doc__)
+    if cli is None:
         return 2
-    cli = sys.argv[1]
     rng = np.random.default_rng(3)
     with tempfile.TemporaryDirectory() as tmp:
         rc, so, se = run(cli, "--help")
@@ -163,12 +142,9 @@ def main():
                      ["bias", "t5", "--len-q", "3", "--len-k", "5", "--q-offset", big],
                      ["attention", *io, "--causal", "--alibi-heads", "1", "--q-offset", big]):
             rc, so, se = run(cli, *argv, "--out", out)
-            expect(rc != 0, f"{argv}: exit status {rc}")
-            expect(len(se.strip().splitlines()) == 1, f"{argv}: stderr must be one line: {se!r}")
-            expect(not os.path.exists(out), f"{argv}: no file on error")
+            expect_one_line_error(argv, rc, se, out)
             expect("bad_alloc" not in se, f"{argv}: a clear error, not an allocation failure: {se!r}")
-    print("cli attention: %d failures" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return cli_testlib.finish("test_cli_attention")
 
 
 if __name__ == "__main__":
