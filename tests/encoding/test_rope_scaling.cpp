@@ -482,6 +482,12 @@ TEST_CASE("rope_config from a config.json text", "[rotary][scaling][hf][json]") 
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128,}"), "invalid JSON");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("[1, 2]"), "offset = 0");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128} x"), "trailing");
+  // An empty top-level object is no exception: what follows it is still an error.
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{} x"), "offset = 3: invalid JSON: trailing");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(" {}{}"), "offset = 3: invalid JSON: trailing");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("  "), "offset = 2: invalid JSON: expected '{'");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128, \"head_dim\": 64}"), "duplicate key");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": +128}"), "invalid JSON");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 12a8}"), "invalid JSON");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": \"128"), "invalid JSON");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}"),

@@ -14,7 +14,6 @@
 /// Both map the same model to the same effective inv_freq and attention factor (tested).
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -30,6 +29,7 @@
 
 #include "../../core/error.hpp"
 #include "../../core/view.hpp"
+#include "../../io/json.hpp"
 #include "frequencies.hpp"
 #include "scaling.hpp"
 
@@ -309,205 +309,75 @@ inline rope_config rope_config_from_gguf(const gguf_rope_params& g) {
 
 namespace detail {
 
-/// A minimal JSON reader for config.json: collects the scalar, string, boolean and
-/// number-list members of the top-level object and of one nested object (`rope_scaling`,
-/// or `rope_parameters` in newer configs, or its `layer_type` member when it is keyed by
-/// layer type); other values are parsed and skipped. `nested` receives the keys of the
-/// dict's members that are objects (the layer types).
-class hf_json_reader {
- public:
-  hf_json_reader(std::string_view text, std::string_view layer_type)
-      : s_(text), layer_type_(layer_type) {}
-
-  void read(rope_params& top, rope_params& scaling, std::vector<std::string>& nested) {
-    ws();
-    bool any = false;
-    elements('{', [&](const std::string& key) {
-      any = true;
-      if ((key == "rope_scaling" || key == "rope_parameters") && peek() == '{')
-        object_into(scaling, &nested);
-      else
-        value_into(top, key);
-      return true;
-    });
-    if (!any) return;  // an empty top-level object ends the read here
-    ws();
-    if (i_ != s_.size()) error("trailing characters after the top-level object");
-  }
-
- private:
-  std::string_view s_;
-  std::string_view layer_type_;
-  std::size_t i_ = 0;
-  int depth_ = 0;
-
-  [[noreturn]] void error(const std::string& what) const {
-    fail("rope_config_from_hf_json", "offset", i_, "invalid JSON: " + what);
-  }
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
-  }
-  void expect(char c) {
-    if (peek() != c) error(std::string("expected '") + c + "'");
-    ++i_;
-  }
-  bool literal(std::string_view word) {
-    if (s_.substr(i_, word.size()) != word) return false;
-    i_ += word.size();
-    return true;
-  }
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      char c = s_[i_++];
-      if (c == '\\') {
-        if (i_ >= s_.size()) error("unterminated escape");
-        const char e = s_[i_++];
-        switch (e) {
-          case 'n': c = '\n'; break;
-          case 't': c = '\t'; break;
-          case 'r': c = '\r'; break;
-          case 'b': c = '\b'; break;
-          case 'f': c = '\f'; break;
-          case 'u':
-            // Key and value names here are ASCII; other code points are kept as '?'.
-            if (i_ + 4 > s_.size()) error("short \\u escape");
-            i_ += 4;
-            c = '?';
-            break;
-          default: c = e; break;
-        }
+/// Stores one config.json value under `key` when it is a kind rope_params holds: a string, a
+/// number, a boolean or a list of numbers. null leaves the key absent; objects and lists
+/// holding anything but numbers are skipped.
+inline void hf_value_into(rope_params& out, const std::string& key, const io::detail::json_value& v) {
+  using kind = io::detail::json_value::kind;
+  switch (v.k) {
+    case kind::string: out[key] = v.text; break;
+    case kind::number: out[key] = std::strtod(v.text.c_str(), nullptr); break;
+    case kind::boolean: out[key] = v.b; break;
+    case kind::array: {
+      std::vector<double> list;
+      for (const io::detail::json_value& item : v.items) {
+        if (item.k != kind::number) return;
+        list.push_back(std::strtod(item.text.c_str(), nullptr));
       }
-      out.push_back(c);
+      out[key] = std::move(list);
+      break;
     }
-    expect('"');
-    return out;
+    case kind::null:
+    case kind::object: break;
   }
-  double number() {
-    const std::size_t start = i_;
-    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '-' ||
-                              s_[i_] == '+' || s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E'))
-      ++i_;
-    const std::string token(s_.substr(start, i_ - start));
-    if (token.empty()) error("expected a value");
-    char* end = nullptr;
-    const double v = std::strtod(token.c_str(), &end);
-    if (end != token.c_str() + token.size()) error("bad number '" + token + "'");
-    return v;
-  }
-  // One object or array at i_, opened by `open`: the brackets, commas and empty case in one
-  // place. element(key) parses one element (for an object, after its key and ':', the key
-  // passed in; for an array, key is empty); returning false stops there, the rest unread.
-  template <class Element>
-  bool elements(char open, Element&& element) {
-    const char close = open == '{' ? '}' : ']';
-    expect(open);
-    ws();
-    if (peek() == close) {
-      ++i_;
-      return true;
+}
+
+/// Reads config.json (strict JSON, a top-level object) into the values of its top-level
+/// members (`top`) and of its `rope_scaling` / `rope_parameters` object (`scaling`; when that
+/// object is keyed by layer type, the members of the `layer_type` one). `nested` receives the
+/// keys of the dict's members that are objects (the layer types).
+inline void read_hf_json(std::string_view text, std::string_view layer_type, rope_params& top,
+                         rope_params& scaling, std::vector<std::string>& nested) {
+  using kind = io::detail::json_value::kind;
+  constexpr const char* where = "rope_config_from_hf_json";
+  const std::size_t first = std::min(text.find_first_not_of(" \t\n\r"), text.size());
+  if (first == text.size() || text[first] != '{') fail(where, "offset", first, "invalid JSON: expected '{'");
+  const io::detail::json_value root =
+      io::detail::json_parser(text, [&](const std::string& what, std::size_t at) {
+        fail(where, "offset", at, "invalid JSON: " + what);
+      }).parse_document("trailing characters after the top-level object");
+  for (std::size_t k = 0; k < root.keys.size(); ++k) {
+    const io::detail::json_value& dict = root.items[k];
+    if ((root.keys[k] != "rope_scaling" && root.keys[k] != "rope_parameters") || dict.k != kind::object) {
+      hf_value_into(top, root.keys[k], dict);
+      continue;
     }
-    std::string key;
-    for (;;) {
-      ws();
-      if (open == '{') {
-        key = string();
-        ws();
-        expect(':');
-        ws();
-      }
-      if (!element(key)) return false;
-      ws();
-      if (peek() == ',') {
-        ++i_;
+    for (std::size_t m = 0; m < dict.keys.size(); ++m) {
+      const io::detail::json_value& member = dict.items[m];
+      if (member.k != kind::object) {
+        hf_value_into(scaling, dict.keys[m], member);
         continue;
       }
-      expect(close);
-      return true;
+      nested.push_back(dict.keys[m]);
+      if (!layer_type.empty() && dict.keys[m] == layer_type)
+        for (std::size_t j = 0; j < member.keys.size(); ++j) hf_value_into(scaling, member.keys[j], member.items[j]);
     }
   }
-  // Members of an object into `out`; with `nested`, a member object named like the layer type
-  // is read into `out` too, and the names of all member objects are recorded.
-  void object_into(rope_params& out, std::vector<std::string>* nested = nullptr) {
-    elements('{', [&](const std::string& key) {
-      if (nested && peek() == '{') {
-        nested->push_back(key);
-        if (!layer_type_.empty() && key == layer_type_)
-          object_into(out);
-        else
-          skip_container();
-      } else {
-        value_into(out, key);
-      }
-      return true;
-    });
-  }
-  // Parses one value; stores it under `key` when it is a kind rope_params holds.
-  void value_into(rope_params& out, const std::string& key) {
-    const char c = peek();
-    if (c == '"') {
-      out[key] = string();
-    } else if (c == '{') {
-      skip_container();
-    } else if (c == '[') {
-      const std::size_t start = i_;
-      std::vector<double> list;
-      const bool numeric = elements('[', [&](const std::string&) {
-        const char d = peek();
-        if (d != '-' && !std::isdigit(static_cast<unsigned char>(d))) return false;
-        list.push_back(number());
-        return true;
-      });
-      if (numeric) {
-        out[key] = std::move(list);
-      } else {
-        i_ = start;
-        skip_container();
-      }
-    } else if (literal("true")) {
-      out[key] = true;
-    } else if (literal("false")) {
-      out[key] = false;
-    } else if (literal("null")) {
-      // null: the key is absent
-    } else {
-      out[key] = number();
-    }
-  }
-  void skip_value() {
-    const char c = peek();
-    if (c == '"') {
-      string();
-    } else if (c == '{' || c == '[') {
-      skip_container();
-    } else if (!literal("true") && !literal("false") && !literal("null")) {
-      number();
-    }
-  }
-  void skip_container() {
-    if (++depth_ > 64) error("nesting deeper than 64");
-    elements(peek(), [&](const std::string&) {
-      skip_value();
-      return true;
-    });
-    --depth_;
-  }
-};
+}
 
 }  // namespace detail
 
 /// rope_config_from_hf() on the text of a Hugging Face config.json (its top-level members and
 /// its `rope_scaling` or `rope_parameters` object). Configs whose `rope_parameters` is keyed
 /// by layer type (e.g. "full_attention" / "sliding_attention") need `layer_type` to pick one.
-/// Throws posenc::error for invalid JSON (naming the offset), a per-layer-type dict without
+/// The text must be strict JSON (io/json.hpp: RFC 8259, no duplicate keys, nothing after the
+/// top-level object). Throws posenc::error for invalid JSON (naming the offset), a per-layer-type dict without
 /// (or without the given) `layer_type`, and everything rope_config_from_hf() rejects.
 inline rope_config rope_config_from_hf_json(std::string_view json_text,
                                             std::string_view layer_type = {}) {
   rope_params top, scaling;
   std::vector<std::string> nested;
-  detail::hf_json_reader(json_text, layer_type).read(top, scaling, nested);
+  detail::read_hf_json(json_text, layer_type, top, scaling, nested);
   const bool found = std::find(nested.begin(), nested.end(), layer_type) != nested.end();
   if (!layer_type.empty() && !found)
     detail::fail("rope_config_from_hf_json", "layer_type", std::string(layer_type),
