@@ -345,18 +345,8 @@ matrix<Scalar> read_npy_matrix(const std::string& path, Index expected_rows = -1
                 "posenc::io::read_npy_matrix: Scalar must be float, double, int64_t, int32_t or uint8_t");
   detail::input_file f(path, "io::read_npy");
   const detail::npy_header h = detail::read_npy_header(f, path);
-  const char* where = "io::read_npy_matrix";
-  const auto rank = static_cast<Index>(h.shape.size());
-  if (rank != 1 && rank != 2)
-    posenc::detail::fail(where, "rank", rank, "must be 1 or 2 (file " + path + ")");
-  const Index rows = rank == 2 ? h.shape[0] : 1;
-  const Index cols = rank == 2 ? h.shape[1] : h.shape[0];
-  if (expected_rows >= 0 && rows != expected_rows)
-    posenc::detail::fail(where, "rows", rows,
-                         "expected " + std::to_string(expected_rows) + " (file " + path + ")");
-  if (expected_cols >= 0 && cols != expected_cols)
-    posenc::detail::fail(where, "cols", cols,
-                         "expected " + std::to_string(expected_cols) + " (file " + path + ")");
+  const auto [rows, cols] = detail::matrix_extents(h.shape, expected_rows, expected_cols,
+                                                   "io::read_npy_matrix", " (file " + path + ")");
   // Straight into the matrix: no intermediate tensor copy.
   matrix<Scalar> m(rows, cols);
   f.read_elements(h.data_offset, h.type, m.size(), m.data(), "'" + h.descr + "'");

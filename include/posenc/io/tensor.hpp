@@ -28,6 +28,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -510,6 +511,23 @@ inline Index checked_numel(const std::vector<Index>& shape, std::size_t item_siz
     n *= e;
   }
   return n;
+}
+
+/// [rows, cols] of a tensor read as a matrix: rank 2 as it is, rank 1 `[n]` as `[1, n]`;
+/// other ranks, and extents differing from `expected_rows` / `expected_cols` when those are
+/// >= 0, throw posenc::error naming "rank" / "rows" / "cols" with `context` appended.
+inline std::pair<Index, Index> matrix_extents(const std::vector<Index>& shape, Index expected_rows,
+                                              Index expected_cols, const char* where,
+                                              const std::string& context) {
+  const auto rank = static_cast<Index>(shape.size());
+  if (rank != 1 && rank != 2) fail(where, "rank", rank, "must be 1 or 2" + context);
+  const Index rows = rank == 2 ? shape[0] : 1;
+  const Index cols = rank == 2 ? shape[1] : shape[0];
+  if (expected_rows >= 0 && rows != expected_rows)
+    fail(where, "rows", rows, "expected " + std::to_string(expected_rows) + context);
+  if (expected_cols >= 0 && cols != expected_cols)
+    fail(where, "cols", cols, "expected " + std::to_string(expected_cols) + context);
+  return {rows, cols};
 }
 
 /// A read-only binary file with checked positional reads.
