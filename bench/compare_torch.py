@@ -5,7 +5,8 @@
 
 posenc is timed by its own Google Benchmark binaries (BUILD_DIR/bench/bench_absolute,
 bench_rope, bench_flash, run with --benchmark_format=json and a filter); PyTorch by
-best-of-N wall-clock timing of the equivalent torch code:
+best-of-N timing of the equivalent torch code (with one thread, both sides are CPU time
+of the running thread, so a shared machine's load does not skew the ratio):
 
   sinusoidal table   L = 32768, d = 512: angles pos * 10000^(-2i/d), sin and cos halves
   RoPE (HF style)    q, k [4096, 32, 128] in place semantics: x*cos + rotate_half(x)*sin,
@@ -34,7 +35,8 @@ except ImportError:
 
 
 def posenc_times(binary, bench_filter, min_time):
-    """Median real time (seconds) of each benchmark matching the filter, by name."""
+    """Median time (seconds) of each benchmark matching the filter, by name: the time
+    Google Benchmark reports (the benchmark thread's CPU time unless it uses real time)."""
     if not os.path.exists(binary):
         print("compare_torch: missing %s (build with -DPOSENC_BUILD_BENCHMARKS=ON)" % binary)
         sys.exit(2)
@@ -48,19 +50,20 @@ def posenc_times(binary, bench_filter, min_time):
         if b.get("aggregate_name") != "median":
             continue
         name = b["run_name"]
-        res[name] = dict(seconds=b["real_time"] * scale[b["time_unit"]],
+        t = b["real_time"] if name.endswith("/real_time") else b["cpu_time"]
+        res[name] = dict(seconds=t * scale[b["time_unit"]],
                          counters={k: v for k, v in b.items() if k in ("GFLOP/s", "per_thread",
                                                                        "bytes_per_second")})
     return res
 
 
-def torch_time(fn, reps):
+def torch_time(fn, reps, clock):
     fn()  # warm-up
     best = math.inf
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return best
 
 
@@ -83,6 +86,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, N = 512 only")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    # One thread: this thread's CPU time, like Google Benchmark's default (steady on a shared,
+    # oversubscribed machine); several: wall-clock time.
+    clock = time.thread_time if a.threads == 1 else time.perf_counter
     reps = 2 if a.quick else 5
     min_time = 0.05 if a.quick else 0.2
     bench = os.path.join(a.build, "bench")
@@ -90,7 +96,7 @@ def main():
 
     # Sinusoidal table.
     p = posenc_times(os.path.join(bench, "bench_absolute"), "^bm_sinusoidal_table<float>/32768/512$", min_time)
-    t = torch_time(lambda: torch_sinusoidal(32768, 512), reps)
+    t = torch_time(lambda: torch_sinusoidal(32768, 512), reps, clock)
     for name, r in p.items():
         rows.append(("sinusoidal table L=32768 d=512", r["seconds"], t, r["counters"]))
 
@@ -106,14 +112,14 @@ def main():
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
     p = posenc_times(os.path.join(bench, "bench_rope"), "^rope_qk/half_cached", min_time)
-    t = torch_time(rope, reps)
+    t = torch_time(rope, reps, clock)
     for name, r in p.items():
         rows.append(("RoPE q,k [4096,32,128] half, cached", r["seconds"], t, r["counters"]))
     del q, k
 
     # Attention: 8 heads, matmul + softmax + matmul.
     sizes = [512] if a.quick else [512, 2048]
-    p = posenc_times(os.path.join(bench, "bench_flash"), "^flash/(%s)/(64|128)/[01]/1/real_time$" %
+    p = posenc_times(os.path.join(bench, "bench_flash"), "^flash/(%s)/(64|128)/[01]/1$" %
                      "|".join(str(n) for n in sizes), min_time)
     for n in sizes:
         for d in (64, 128):
@@ -127,8 +133,8 @@ def main():
                     if causal:
                         s = s + mask
                     return torch.matmul(torch.softmax(s, dim=-1), vh)
-                t = torch_time(attn, reps)
-                key = "flash/%d/%d/%d/1/real_time" % (n, d, causal)
+                t = torch_time(attn, reps, clock)
+                key = "flash/%d/%d/%d/1" % (n, d, causal)
                 if key in p:
                     rows.append(("attention 8 heads N=%d d=%d%s" % (n, d, " causal" if causal else ""),
                                  p[key]["seconds"], t, p[key]["counters"]))

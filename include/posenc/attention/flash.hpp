@@ -16,7 +16,7 @@
 /// row that sees no key gives zeros. Float, Eigen::half and Eigen::bfloat16 storage
 /// compute in float32 (running sums in double); double storage computes in double.
 ///
-/// Work is split into (batch, head, block of 64 query rows) units (Dao et al. 2022,
+/// Work is split into (batch, head, block of 128 query rows) units (Dao et al. 2022,
 /// "FlashAttention"), each an online softmax over tiles of keys (backend/scalar/flash.hpp);
 /// causal tiles past a block's last visible key are skipped. Calls with at most 8 query
 /// rows (decoding) instead split the keys into fixed chunks of 1024 and merge the partial
@@ -39,10 +39,10 @@
 ///   - transformer_xl_relative (and any other policy with a score or value term): not
 ///     supported here — a compile-time error says so; use multi_head_attention.
 ///
-/// Extra memory: O(threads · 64 · (d + dv + 256)) for the tiles, plus a working-precision
-/// copy of K and V for each (batch, key head) only where the inputs are not already
-/// contiguous rows of the working type or where keys are transformed (then one per query
-/// head): at most O(B · H · Lk · (d + dv)).
+/// Extra memory: O(threads · 128 · (d + dv + 256)) for the tiles (decode: H times 8 rows
+/// per thread), plus a working-precision copy of K and V for each (batch, key head) only
+/// where the inputs are not already contiguous rows of the working type or where keys are
+/// transformed (then one per query head): at most O(B · H · Lk · (d + dv)).
 
 #include <Eigen/Core>
 
@@ -218,19 +218,45 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       rmat<Real> o, wb;
     };
     std::vector<partial> parts(static_cast<std::size_t>(bh * chunks));
-    parallel_for(bh * chunks, threads, [&](Index u, Index worker) {
-      const auto& hc = heads[static_cast<std::size_t>(u / chunks)];
-      workspace<Real>& w = ws[static_cast<std::size_t>(worker)];
-      partial& p = parts[static_cast<std::size_t>(u)];
-      const Index k0 = (u % chunks) * T::decode_chunk;
-      const Index max_lim =
-          begin_block(hc, ci, slice_bh(q, hc.batch, hc.head_index), 0, nb, w, tag);
-      const Index k1 = std::min(k0 + T::decode_chunk, max_lim);
-      if (k0 < k1) accumulate(hc, ci, 0, nb, k0, k1, w, tag);
-      p.m.assign(w.m.begin(), w.m.begin() + nb);
-      p.l.assign(w.l.begin(), w.l.begin() + nb);
-      p.o = w.o.topRows(nb);
-      if constexpr (is_shaw<Policy>::value) p.wb = w.wb.topRows(nb);
+    for (partial& p : parts) {  // sized up front: the workers only copy into them
+      p.m.resize(static_cast<std::size_t>(nb));
+      p.l.resize(static_cast<std::size_t>(nb));
+      p.o.resize(nb, s.dim_v);
+      if constexpr (is_shaw<Policy>::value) p.wb.resize(nb, shaw_rows);
+    }
+    // A unit is (batch, chunk) over every head: the heads of one token lie side by side
+    // in [B, L, H, d] buffers, so stepping all heads through the same 64 keys streams whole
+    // rows of K and V (a head alone reads one short run per 4 KiB-strided row, which
+    // the hardware prefetchers follow poorly).
+    std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
+    for (auto& wh : hws) {
+      wh.resize(static_cast<std::size_t>(s.heads));
+      for (auto& w : wh) w.reserve(s.dim, s.dim_v, shaw_rows, T::decode_rows);
+    }
+    parallel_for(s.batch * chunks, threads, [&](Index u, Index worker) {
+      const Index b = u / chunks, k0 = (u % chunks) * T::decode_chunk;
+      auto& wh = hws[static_cast<std::size_t>(worker)];
+      Index k_end = k0;
+      for (Index h = 0; h < s.heads; ++h) {
+        const auto& hc = heads[static_cast<std::size_t>(b * s.heads + h)];
+        const Index lim = begin_block(hc, ci, slice_bh(q, b, h), 0, nb, wh[static_cast<std::size_t>(h)], tag);
+        k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
+      }
+      for (Index t0 = k0; t0 < k_end; t0 += T::decode_step)
+        for (Index h = 0; h < s.heads; ++h) {
+          workspace<Real>& w = wh[static_cast<std::size_t>(h)];
+          const Index lim = *std::max_element(w.lim.begin(), w.lim.begin() + nb);
+          const Index t1 = std::min({t0 + T::decode_step, k0 + T::decode_chunk, lim});
+          if (t0 < t1) accumulate(heads[static_cast<std::size_t>(b * s.heads + h)], ci, 0, nb, t0, t1, w, tag);
+        }
+      for (Index h = 0; h < s.heads; ++h) {
+        const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
+        partial& p = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + u % chunks)];
+        std::copy(w.m.begin(), w.m.begin() + nb, p.m.begin());
+        std::copy(w.l.begin(), w.l.begin() + nb, p.l.begin());
+        p.o = w.o.topRows(nb);
+        if constexpr (is_shaw<Policy>::value) p.wb = w.wb.topRows(nb);
+      }
     });
     parallel_for(bh, threads, [&](Index u, Index worker) {
       const auto& hc = heads[static_cast<std::size_t>(u)];

@@ -65,16 +65,18 @@ inline Real to_real(const T& x) noexcept {
 }
 
 /// Tile sizes: block_q query rows per work unit, block_k keys per inner step.
-/// A float tile S is 64 x 256 x 4 B = 64 KiB (L2-resident with the K and V tiles).
+/// A float tile S is 128 x 256 x 4 B = 128 KiB (L2-resident with the K and V tiles).
 template <class Real>
 struct tiles {
-  static constexpr Index block_q = 64;
+  static constexpr Index block_q = 128;
   static constexpr Index block_k = std::is_same_v<Real, float> ? 256 : 128;
   /// Calls with at most this many query rows take the split-key decode path.
   static constexpr Index decode_rows = 8;
   /// Keys per decode chunk: fixed (never derived from the thread count), so a call's
   /// result does not depend on how many threads ran it.
   static constexpr Index decode_chunk = 1024;
+  /// Keys each head advances at a time inside a decode chunk (all heads in step).
+  static constexpr Index decode_step = 256;
 };
 
 /// Keys (or values) of one head in working precision: a row-major block, inner stride 1.
@@ -116,8 +118,9 @@ struct workspace {
   std::vector<Index> lim;   ///< visible key limit per row
   drow row;                 ///< one query row in double (query transforms)
 
-  void reserve(Index d, Index dv, Index shaw_rows) {
-    const Index bq = tiles<Real>::block_q, bk = tiles<Real>::block_k;
+  /// Sizes the buffers for blocks of up to `bq` query rows.
+  void reserve(Index d, Index dv, Index shaw_rows, Index bq = tiles<Real>::block_q) {
+    const Index bk = tiles<Real>::block_k;
     q.resize(bq, d);
     s.resize(bq, bk);
     o.resize(bq, dv);
