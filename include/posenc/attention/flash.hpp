@@ -26,7 +26,10 @@
 ///
 /// Threads (`flash_config::threads`, std::thread) take units from a shared counter; every
 /// unit is computed the same way whichever thread runs it and merges happen in a fixed
-/// order, so the output is bitwise identical for any thread count.
+/// order, so the output is bitwise identical for any thread count. The policy's head
+/// objects are made once per (batch, head) and their const hooks (transform_query,
+/// transform_keys, bias) are then called from several threads at once: a user policy
+/// must keep them free of shared mutable state.
 ///
 /// Position policies (policy.hpp) inside the tiles:
 ///   - alibi_policy and t5_bias_policy: the bias is generated per tile from j − pos
