@@ -11,24 +11,9 @@
 
 using posenc::Index;
 using posenc_test::max_abs_diff;
+using posenc_test::numeric_grad;
 using posenc_test::random_matrix;
 using posenc_test::rmat;
-
-namespace {
-rmat<double> numeric_grad(rmat<double>& x, const std::function<double()>& loss, double h = 1e-6) {
-  rmat<double> g(x.rows(), x.cols());
-  for (Index e = 0; e < x.size(); ++e) {
-    const double keep = x.data()[e];
-    x.data()[e] = keep + h;
-    const double up = loss();
-    x.data()[e] = keep - h;
-    const double down = loss();
-    x.data()[e] = keep;
-    g.data()[e] = (up - down) / (2 * h);
-  }
-  return g;
-}
-}  // namespace
 
 TEST_CASE("rotary inside the kernel equals rotating Q and K first", "[compose][rotary]") {
   const Index lq = 6, lk = 15, d = 8, off = 9;
@@ -48,6 +33,22 @@ TEST_CASE("rotary inside the kernel equals rotating Q and K first", "[compose][r
   // Inputs are not modified.
   CHECK(max_abs_diff(q, random_matrix(lq, d, 1)) == 0.0);
   CHECK(policy.embedding().head_dim() == d);
+}
+
+TEST_CASE("rotary inside the kernel at a far query offset allocates no table up to it",
+          "[compose][rotary]") {
+  // q_offset 2^40: the policy used to reserve cos/sin rows for every position up to the
+  // offset (2^40 rows); past the cache limit they are computed on the fly.
+  const Index lq = 3, lk = 5, d = 8, off = Index(1) << 40;
+  const auto q = random_matrix(lq, d, 11), k = random_matrix(lk, d, 12), v = random_matrix(lk, 2, 13);
+  posenc::rotary_embedding<double> rope(d);
+  const rmat<double> qr = rope.rotated(q, off, posenc::rope_role::query);
+  const rmat<double> kr = rope.rotated(k, Index(0), posenc::rope_role::key);
+  posenc::attention_options opt;
+  opt.q_offset = off;
+  const posenc::rotary_policy policy(d);
+  CHECK(max_abs_diff(posenc::attention(q, k, v, opt, policy), posenc::attention(qr, kr, v, opt)) < 1e-14);
+  CHECK(policy.embedding().cache().size() <= policy.embedding().options().cache_limit);
 }
 
 TEST_CASE("RoPE attention logits depend only on j - i", "[compose][rotary][property]") {

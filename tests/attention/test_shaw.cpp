@@ -5,26 +5,21 @@
 #include <posenc/attention/multi_head.hpp>
 #include <posenc/encoding/shaw.hpp>
 
+#include <limits>
 #include <random>
 #include <string>
 
+#include "attention_support.hpp"
 #include "support/catch.hpp"
 #include "support/check.hpp"
 #include "support/golden.hpp"
 
 using posenc::Index;
 using dmat = posenc::attention_matrix<double>;
+using posenc_test::normal_matrix;
 using fmat = posenc::attention_matrix<float>;
 
 namespace {
-
-dmat random_matrix(Index rows, Index cols, std::mt19937& gen) {
-  std::normal_distribution<double> n(0.0, 1.0);
-  dmat m(rows, cols);
-  for (Index i = 0; i < rows; ++i)
-    for (Index j = 0; j < cols; ++j) m(i, j) = n(gen);
-  return m;
-}
 
 struct shaw_case {
   std::string name;
@@ -129,7 +124,7 @@ TEST_CASE("shaw value buckets equal the per-key sum", "[attention][shaw]") {
     for (Index right : {0, 2, 5})
       for (Index lk : {1, 4, 9}) {
         posenc::shaw_relative<double> shaw(posenc::shaw_clip::asymmetric(left, right), 2, 3);
-        shaw.value_tables() = random_matrix(shaw.rows(), 3, gen);
+        shaw.value_tables() = normal_matrix(shaw.rows(), 3, gen);
         posenc::attention_shape s;
         s.len_q = 1;
         s.len_k = lk;
@@ -138,7 +133,7 @@ TEST_CASE("shaw value buckets equal the per-key sum", "[attention][shaw]") {
         for (Index pos = 0; pos < lk + 4; ++pos) {
           s.q_offset = pos;
           auto h = shaw.head(0, 0, s);
-          const posenc::drow p = random_matrix(1, lk, gen);
+          const posenc::drow p = normal_matrix(1, lk, gen);
           posenc::drow out = posenc::drow::Zero(3), expect = posenc::drow::Zero(3);
           h.add_values(pos, p, out);
           for (Index j = 0; j < lk; ++j)
@@ -153,11 +148,11 @@ TEST_CASE("shaw with clip distance 0 is attention with constant key/value offset
           "[attention][shaw][property]") {
   std::mt19937 gen(11);
   const Index lq = 6, lk = 9, d = 5, dv = 4;
-  const dmat q = random_matrix(lq, d, gen), k = random_matrix(lk, d, gen),
-             v = random_matrix(lk, dv, gen);
+  const dmat q = normal_matrix(lq, d, gen), k = normal_matrix(lk, d, gen),
+             v = normal_matrix(lk, dv, gen);
   posenc::shaw_relative<double> shaw(posenc::shaw_clip::symmetric(0), d, dv);
-  shaw.key_tables() = random_matrix(1, d, gen);
-  shaw.value_tables() = random_matrix(1, dv, gen);
+  shaw.key_tables() = normal_matrix(1, d, gen);
+  shaw.value_tables() = normal_matrix(1, dv, gen);
   const dmat k_off = k.rowwise() + shaw.key_tables().row(0);
   const dmat v_off = v.rowwise() + shaw.value_tables().row(0);
   for (bool causal : {false, true}) {
@@ -173,16 +168,16 @@ TEST_CASE("shaw depends on positions only through j - i", "[attention][shaw][pro
   // masked-off filler keys. The outputs must not change.
   std::mt19937 gen(12);
   const Index lq = 5, lk = 8, d = 4, dv = 3, offset = 3, shift = 6;
-  const dmat q = random_matrix(lq, d, gen), k = random_matrix(lk, d, gen),
-             v = random_matrix(lk, dv, gen);
+  const dmat q = normal_matrix(lq, d, gen), k = normal_matrix(lk, d, gen),
+             v = normal_matrix(lk, dv, gen);
   posenc::shaw_relative<double> shaw(posenc::shaw_clip::asymmetric(2, 3), d, dv);
-  shaw.key_tables() = random_matrix(shaw.rows(), d, gen);
-  shaw.value_tables() = random_matrix(shaw.rows(), dv, gen);
+  shaw.key_tables() = normal_matrix(shaw.rows(), d, gen);
+  shaw.value_tables() = normal_matrix(shaw.rows(), dv, gen);
   for (bool causal : {false, true}) {
     const dmat base = posenc::attention(q, k, v, options(causal, offset), shaw);
     dmat k2(lk + shift, d), v2(lk + shift, dv);
-    k2 << random_matrix(shift, d, gen), k;
-    v2 << random_matrix(shift, dv, gen), v;
+    k2 << normal_matrix(shift, d, gen), k;
+    v2 << normal_matrix(shift, dv, gen), v;
     auto opt = options(causal, offset + shift);
     opt.mask.allowed = posenc::bool_mask::Constant(lq, lk + shift, true);
     opt.mask.allowed.leftCols(shift).setConstant(false);
@@ -194,8 +189,8 @@ TEST_CASE("shaw depends on positions only through j - i", "[attention][shaw][pro
 TEST_CASE("shaw attention is not permutation-equivariant", "[attention][shaw][property]") {
   std::mt19937 gen(13);
   const Index l = 7, d = 4, dv = 4;
-  const dmat q = random_matrix(l, d, gen), k = random_matrix(l, d, gen),
-             v = random_matrix(l, dv, gen);
+  const dmat q = normal_matrix(l, d, gen), k = normal_matrix(l, d, gen),
+             v = normal_matrix(l, dv, gen);
   Eigen::PermutationMatrix<Eigen::Dynamic> perm(l);
   perm.setIdentity();
   std::swap(perm.indices()(0), perm.indices()(4));
@@ -207,8 +202,8 @@ TEST_CASE("shaw attention is not permutation-equivariant", "[attention][shaw][pr
     const dmat b = posenc::attention(dmat(perm * q), dmat(perm * k), dmat(perm * v), {}, shaw);
     CHECK(posenc_test::max_abs_diff(a, b) < 1e-12);
   }
-  shaw.key_tables() = random_matrix(shaw.rows(), d, gen);
-  shaw.value_tables() = random_matrix(shaw.rows(), dv, gen);
+  shaw.key_tables() = normal_matrix(shaw.rows(), d, gen);
+  shaw.value_tables() = normal_matrix(shaw.rows(), dv, gen);
   const dmat a = perm * posenc::attention(q, k, v, {}, shaw);
   const dmat b = posenc::attention(dmat(perm * q), dmat(perm * k), dmat(perm * v), {}, shaw);
   CHECK(posenc_test::max_abs_diff(a, b) > 1e-3);
@@ -221,14 +216,14 @@ TEST_CASE("shaw tables shared or per head in multi-head and grouped-query attent
   const auto clip = posenc::shaw_clip::asymmetric(1, 2);
   posenc::shaw_relative<double> shared(clip, d, dv, 1);
   posenc::shaw_relative<double> per_head(clip, d, dv, heads);
-  shared.key_tables() = random_matrix(clip.rows(), d, gen);
-  shared.value_tables() = random_matrix(clip.rows(), dv, gen);
-  per_head.key_tables() = random_matrix(heads * clip.rows(), d, gen);
-  per_head.value_tables() = random_matrix(heads * clip.rows(), dv, gen);
+  shared.key_tables() = normal_matrix(clip.rows(), d, gen);
+  shared.value_tables() = normal_matrix(clip.rows(), dv, gen);
+  per_head.key_tables() = normal_matrix(heads * clip.rows(), d, gen);
+  per_head.value_tables() = normal_matrix(heads * clip.rows(), dv, gen);
   for (Index kv_heads : {4, 2, 1}) {
     INFO("kv_heads " << kv_heads);
-    const dmat q = random_matrix(l, heads * d, gen), k = random_matrix(l, kv_heads * d, gen),
-               v = random_matrix(l, kv_heads * dv, gen);
+    const dmat q = normal_matrix(l, heads * d, gen), k = normal_matrix(l, kv_heads * d, gen),
+               v = normal_matrix(l, kv_heads * dv, gen);
     const auto opt = options(true, 0);
     const dmat out_shared = posenc::multi_head_attention(q, k, v, heads, kv_heads, opt, shared);
     const dmat out_per = posenc::multi_head_attention(q, k, v, heads, kv_heads, opt, per_head);
@@ -247,10 +242,31 @@ TEST_CASE("shaw tables shared or per head in multi-head and grouped-query attent
   }
 }
 
+TEST_CASE("shaw at query positions near the largest Index (no overflow in the window)",
+          "[attention][shaw]") {
+  // The value term's window bounds pos + right must not be formed past the largest Index;
+  // far from every key all of them sit in the left end bucket.
+  std::mt19937 gen(91);
+  posenc::shaw_relative<double> shaw(posenc::shaw_clip::asymmetric(3, 1000), 4, 2);
+  shaw.key_tables() = normal_matrix(shaw.rows(), 4, gen);
+  shaw.value_tables() = normal_matrix(shaw.rows(), 2, gen);
+  const dmat q = normal_matrix(2, 4, gen), k = normal_matrix(5, 4, gen), v = normal_matrix(5, 2, gen);
+  posenc::attention_options far, near;
+  far.q_offset = std::numeric_limits<Index>::max() - 2;
+  near.q_offset = 100;  // also past every key by more than left = 3
+  CHECK(posenc_test::max_abs_diff(posenc::attention(q, k, v, far, shaw),
+                                  posenc::attention(q, k, v, near, shaw)) == 0.0);
+}
+
 TEST_CASE("shaw errors name the parameter and its value", "[attention][shaw][error]") {
   POSENC_REQUIRE_ERROR(posenc::shaw_clip::symmetric(-1), "k = -1");
   POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(-2, 1), "left = -2");
   POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(1, -3), "right = -3");
+  // Windows past 2^31 would overflow rows() = left + right + 1 (and never fit in memory).
+  POSENC_REQUIRE_ERROR(posenc::shaw_clip::symmetric(std::numeric_limits<Index>::max()),
+                       "k = 9223372036854775807");
+  POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(Index(1) << 32, 1), "left = 4294967296");
+  POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(1, (Index(1) << 31) + 1), "right = 2147483649");
   POSENC_REQUIRE_ERROR((posenc::shaw_relative<double>(posenc::shaw_clip{-1, 0}, 2, 2)),
                        "left = -1");
   const auto clip = posenc::shaw_clip::symmetric(1);

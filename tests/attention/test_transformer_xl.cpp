@@ -6,26 +6,21 @@
 #include <posenc/attention/multi_head.hpp>
 #include <posenc/encoding/transformer_xl.hpp>
 
+#include <limits>
 #include <random>
 #include <string>
 
+#include "attention_support.hpp"
 #include "support/catch.hpp"
 #include "support/check.hpp"
 #include "support/golden.hpp"
 
 using posenc::Index;
 using dmat = posenc::attention_matrix<double>;
+using posenc_test::normal_matrix;
 using fmat = posenc::attention_matrix<float>;
 
 namespace {
-
-dmat random_matrix(Index rows, Index cols, std::mt19937& gen) {
-  std::normal_distribution<double> n(0.0, 1.0);
-  dmat m(rows, cols);
-  for (Index i = 0; i < rows; ++i)
-    for (Index j = 0; j < cols; ++j) m(i, j) = n(gen);
-  return m;
-}
 
 dmat g(const std::string& c, const std::string& what) {
   return posenc_test::golden_matrix<double>("relative_txl_" + c + "_" + what + ".npy");
@@ -59,9 +54,9 @@ dmat direct_position_scores(const posenc::transformer_xl_relative<double>& xl, I
 posenc::transformer_xl_relative<double> random_policy(Index heads, Index d, Index d_r,
                                                        std::mt19937& gen) {
   posenc::transformer_xl_relative<double> xl(heads, d, d_r);
-  xl.u() = random_matrix(heads, d, gen);
-  xl.v() = random_matrix(heads, d, gen);
-  if (d_r > 0) xl.w_r() = 0.5 * random_matrix(d_r, heads * d, gen);
+  xl.u() = normal_matrix(heads, d, gen);
+  xl.v() = normal_matrix(heads, d, gen);
+  if (d_r > 0) xl.w_r() = 0.5 * normal_matrix(d_r, heads * d, gen);
   return xl;
 }
 
@@ -89,7 +84,7 @@ TEST_CASE("rel_shift equals the direct O(L^2) formulation", "[attention][txl][re
       const Index lk = lq + mem;
       INFO("Lq " << lq << " memory " << mem);
       // Dai et al.'s shift: column m of x holds distance Lk-1-m.
-      const dmat x = random_matrix(lq, lk, gen);
+      const dmat x = normal_matrix(lq, lk, gen);
       const dmat y = posenc::rel_shift(x);
       REQUIRE(y.rows() == lq);
       REQUIRE(y.cols() == lk);
@@ -99,7 +94,7 @@ TEST_CASE("rel_shift equals the direct O(L^2) formulation", "[attention][txl][re
           CHECK(y(i, j) == x(i, lk - 1 - dist));
         }
       // The full shift is exact everywhere, for any query offset.
-      const dmat xf = random_matrix(lq, lq + lk - 1, gen);
+      const dmat xf = normal_matrix(lq, lq + lk - 1, gen);
       const dmat yf = posenc::rel_shift_full(xf, lk);
       for (Index i = 0; i < lq; ++i)
         for (Index j = 0; j < lk; ++j) CHECK(yf(i, j) == xf(i, j + lq - 1 - i));
@@ -114,7 +109,7 @@ TEST_CASE("position terms via rel_shift, the policy and the direct formulation a
     const Index heads = 2, d = 4, lq = 5, mem = 3, lk = lq + mem;
     const auto xl = random_policy(heads, d, d_r, gen);
     for (Index h = 0; h < heads; ++h) {
-      const dmat q = random_matrix(lq, d, gen);
+      const dmat q = normal_matrix(lq, d, gen);
       const dmat direct = direct_position_scores(xl, h, q, lk, mem);
       // Paper form: (Q + v) P^T over distances Lk-1 .. 0, then rel_shift (causal region).
       const dmat bd_raw = (q.rowwise() + xl.v().row(h)) * xl.position_keys(h, lk - 1, lk).transpose();
@@ -147,8 +142,8 @@ TEST_CASE("transformer-xl over many key chunks equals attention with the direct 
   std::mt19937 gen(26);
   const Index lq = 9, lk = 150, d = 4, q_offset = 141;
   const auto xl = random_policy(1, d, 6, gen);
-  const dmat q = random_matrix(lq, d, gen), k = random_matrix(lk, d, gen),
-             v = random_matrix(lk, 3, gen);
+  const dmat q = normal_matrix(lq, d, gen), k = normal_matrix(lk, d, gen),
+             v = normal_matrix(lk, 3, gen);
   const double scale = 0.5;
   const dmat bd = direct_position_scores(xl, 0, q, lk, q_offset);
   for (bool causal : {false, true}) {
@@ -179,8 +174,8 @@ TEST_CASE("transformer-xl decoding token by token equals one causal pass (sinuso
   std::mt19937 gen(27);
   const Index l = 45, heads = 2, d = 4;
   const auto xl = random_policy(heads, d, 6, gen);
-  const dmat q = random_matrix(l, heads * d, gen), k = random_matrix(l, heads * d, gen),
-             v = random_matrix(l, heads * d, gen);
+  const dmat q = normal_matrix(l, heads * d, gen), k = normal_matrix(l, heads * d, gen),
+             v = normal_matrix(l, heads * d, gen);
   xl.clear_cache();
   CHECK(xl.cached_distances() == std::pair<Index, Index>{0, 1});
   const dmat full = posenc::multi_head_attention(q, k, v, heads, heads, options(true, 0), xl);
@@ -252,8 +247,8 @@ TEST_CASE("transformer-xl with memory equals the full computation over [memory; 
   std::mt19937 gen(23);
   const Index heads = 2, d = 4, seg = 4, segments = 3, total = seg * segments;
   const auto xl = random_policy(heads, d, 6, gen);
-  const dmat q = random_matrix(total, heads * d, gen), k = random_matrix(total, heads * d, gen),
-             v = random_matrix(total, heads * d, gen);
+  const dmat q = normal_matrix(total, heads * d, gen), k = normal_matrix(total, heads * d, gen),
+             v = normal_matrix(total, heads * d, gen);
   const dmat full = posenc::multi_head_attention(q, k, v, heads, heads, options(true, 0), xl);
 
   SECTION("memory holding every previous segment") {
@@ -300,13 +295,13 @@ TEST_CASE("transformer-xl depends on positions only through i - j",
   std::mt19937 gen(24);
   const Index lq = 5, lk = 7, d = 4, offset = 2, shift = 5;
   const auto xl = random_policy(1, d, 0, gen);
-  const dmat q = random_matrix(lq, d, gen), k = random_matrix(lk, d, gen),
-             v = random_matrix(lk, d, gen);
+  const dmat q = normal_matrix(lq, d, gen), k = normal_matrix(lk, d, gen),
+             v = normal_matrix(lk, d, gen);
   for (bool causal : {false, true}) {
     const dmat base = posenc::attention(q, k, v, options(causal, offset), xl);
     dmat k2(lk + shift, d), v2(lk + shift, d);
-    k2 << random_matrix(shift, d, gen), k;
-    v2 << random_matrix(shift, d, gen), v;
+    k2 << normal_matrix(shift, d, gen), k;
+    v2 << normal_matrix(shift, d, gen), v;
     auto opt = options(causal, offset + shift);
     opt.mask.allowed = posenc::bool_mask::Constant(lq, lk + shift, true);
     opt.mask.allowed.leftCols(shift).setConstant(false);
@@ -318,8 +313,8 @@ TEST_CASE("transformer-xl attention is not permutation-equivariant",
           "[attention][txl][property]") {
   std::mt19937 gen(25);
   const Index l = 7, d = 4;
-  const dmat q = random_matrix(l, d, gen), k = random_matrix(l, d, gen),
-             v = random_matrix(l, d, gen);
+  const dmat q = normal_matrix(l, d, gen), k = normal_matrix(l, d, gen),
+             v = normal_matrix(l, d, gen);
   Eigen::PermutationMatrix<Eigen::Dynamic> perm(l);
   perm.setIdentity();
   std::swap(perm.indices()(1), perm.indices()(6));
@@ -337,6 +332,29 @@ TEST_CASE("transformer-xl attention is not permutation-equivariant",
   const dmat a = perm * posenc::attention(q, k, v, {}, xl);
   const dmat b = posenc::attention(dmat(perm * q), dmat(perm * k), dmat(perm * v), {}, xl);
   CHECK(posenc_test::max_abs_diff(a, b) > 1e-3);
+}
+
+TEST_CASE("transformer-xl sinusoid cache after a far jump stays small", "[attention][txl][memory]") {
+  // A call at a far offset then one near 0 (or the reverse) must not cache every distance
+  // in between (that was 2^40 rows: an allocation failure).
+  std::mt19937 gen(33);
+  const Index heads = 1, d = 4;
+  const auto xl = random_policy(heads, d, 6, gen);
+  const dmat q = normal_matrix(3, d, gen), k = normal_matrix(5, d, gen), v = normal_matrix(5, d, gen);
+  xl.clear_cache();
+  const dmat far = posenc::multi_head_attention(q, k, v, heads, heads, options(false, Index(1) << 40), xl);
+  const dmat near = posenc::multi_head_attention(q, k, v, heads, heads, options(true, 2), xl);
+  const auto range = xl.cached_distances();
+  CHECK(range.first - range.second < 1000);
+  CHECK(range.first >= 4);  // covers the near call's distances 4 .. -2
+  CHECK(range.second <= -2);
+  // The same numbers as with a fresh cache.
+  xl.clear_cache();
+  CHECK(posenc_test::max_abs_diff(near, posenc::multi_head_attention(q, k, v, heads, heads,
+                                                                     options(true, 2), xl)) == 0.0);
+  xl.clear_cache();
+  CHECK(posenc_test::max_abs_diff(far, posenc::multi_head_attention(q, k, v, heads, heads,
+                                                                    options(false, Index(1) << 40), xl)) == 0.0);
 }
 
 TEST_CASE("transformer-xl errors name the parameter and its value", "[attention][txl][error]") {
@@ -372,6 +390,13 @@ TEST_CASE("transformer-xl errors name the parameter and its value", "[attention]
   grad = xm.zero_gradient();
   grad.w_r.resize(0, 0);
   POSENC_REQUIRE_ERROR(xm.sgd_step(grad, 0.1), "gradient.w_r.rows() = 0");
+
+  // Distances must stay exact in double (and the cache arithmetic far from overflow).
+  posenc::attention_options far;
+  far.q_offset = (Index(1) << 53) - 2;  // Lq = 3: the last query sits at 2^53
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, k, 2, 2, far, xl), "q_offset = 9007199254740990");
+  far.q_offset = std::numeric_limits<Index>::max() - 3;
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, k, 2, 2, far, xl), "q_offset = 9223372036854775804");
 
   POSENC_REQUIRE_ERROR(posenc::txl_memory<double>(-1, 4, 4), "mem_len = -1");
   POSENC_REQUIRE_ERROR(posenc::txl_memory<double>(2, 0, 4), "dim_k = 0");

@@ -42,12 +42,13 @@ class rotary_policy : public policy_base {
 
   const rotary_embedding<double>& embedding() const noexcept { return *rope_; }
 
-  /// The call's head dim must be the embedding's; reserves cos/sin for every position the
-  /// call can meet, so the hooks never allocate.
+  /// The call's head dim must be the embedding's; reserves cos/sin for the positions the
+  /// call can meet, up to the embedding's cache_limit (positions past it, e.g. a far query
+  /// offset, are computed on the fly rather than allocating a table up to the offset).
   void check(const attention_shape& s) const {
     detail::require(s.dim == rope_->head_dim(), "rotary_policy", "dim", s.dim,
                     "must equal the rotary embedding's head_dim");
-    rope_->reserve(std::max(s.len_k, s.q_offset + s.len_q));
+    rope_->reserve(std::min(rope_->options().cache_limit, std::max(s.len_k, s.q_offset + s.len_q)));
   }
 
   struct head_type : head_base {

@@ -41,10 +41,13 @@ namespace posenc {
 struct shaw_clip {
   Index left = 0;   ///< keys up to `left` positions before the query get their own row
   Index right = 0;  ///< keys up to `right` positions after the query get their own row
+  /// The largest clip distance on either side.
+  static constexpr Index max_clip = Index(1) << 31;
 
   /// The paper's symmetric window: clip(j - i, k) = max(-k, min(k, j - i)), 2k+1 rows.
   static shaw_clip symmetric(Index k) {
     detail::require(k >= 0, "shaw_clip", "k", k, "clip distance must be >= 0");
+    detail::require(k <= max_clip, "shaw_clip", "k", k, "clip distance must be <= 2^31");
     return shaw_clip{k, k};
   }
 
@@ -52,6 +55,10 @@ struct shaw_clip {
   static shaw_clip asymmetric(Index left, Index right) {
     detail::require(left >= 0, "shaw_clip", "left", left, "must be >= 0");
     detail::require(right >= 0, "shaw_clip", "right", right, "must be >= 0");
+    // One table row per distance: larger windows could never be allocated, and the bound
+    // keeps rows() and the window arithmetic far from Index overflow.
+    detail::require(left <= max_clip, "shaw_clip", "left", left, "must be <= 2^31");
+    detail::require(right <= max_clip, "shaw_clip", "right", right, "must be <= 2^31");
     return shaw_clip{left, right};
   }
 
@@ -212,7 +219,10 @@ class shaw_relative : public policy_base {
     void sum_buckets(Index pos, const Eigen::Ref<const drow>& x) noexcept {
       bucket.setZero();
       const Index lo_end = std::clamp(pos - clip.left + 1, Index(0), len_k);  // j - pos <= -left
-      const Index hi_begin = std::clamp(pos + clip.right, lo_end, len_k);    // j - pos >= right
+      // j - pos >= right; pos + right is formed only when it stays below len_k (no overflow
+      // at far query positions)
+      const Index hi_begin =
+          std::clamp(pos >= len_k - clip.right ? len_k : pos + clip.right, lo_end, len_k);
       if (lo_end > 0) bucket(0) = x.head(lo_end).sum();
       for (Index j = lo_end; j < hi_begin; ++j) bucket(clip.row(j - pos)) += x(j);
       if (hi_begin < len_k) bucket(clip.rows() - 1) += x.segment(hi_begin, len_k - hi_begin).sum();

@@ -246,6 +246,9 @@ class transformer_xl_relative : public policy_base {
                     "the call's query heads must equal the policy's heads");
     detail::require(shape.dim == dim_, "transformer_xl_relative", "dim", shape.dim,
                     "the call's head dim must equal the policy's dim");
+    detail::require(shape.q_offset <= (Index(1) << 53) - shape.len_q, "transformer_xl_relative",
+                    "q_offset", shape.q_offset,
+                    "q_offset + len_q must be <= 2^53 (relative distances exact in double)");
     prepare(shape.q_offset + shape.len_q - 1, shape.len_q + shape.len_k - 1);
   }
 
@@ -379,8 +382,14 @@ class transformer_xl_relative : public policy_base {
     if (count <= 0 || covering(first, count)) return;
     Index hi = first, lo = first - count + 1;
     if (const auto old = std::atomic_load(&cache_)) {
-      hi = std::max(hi, old->hi);
-      lo = std::min(lo, old->lo);
+      // Grow the cached range only when the two are close (decoding, chunks): after a jump
+      // to far positions (or back) the new range replaces it, so the cache never spans the
+      // gap between them (which could be any size).
+      const Index mhi = std::max(hi, old->hi), mlo = std::min(lo, old->lo);
+      if (mhi - mlo + 1 <= 2 * (count + (old->hi - old->lo + 1))) {
+        hi = mhi;
+        lo = mlo;
+      }
     }
     hi += std::max<Index>(16, (hi - lo + 1) / 4);
     auto block = std::make_shared<sinusoid_block>();
