@@ -1,6 +1,7 @@
 #pragma once
-// Helpers shared by the attention tests: deterministic random matrices and a naive
-// O(Lq·Lk·d) attention written independently of the kernel (loops, no policies).
+// Helpers shared by the attention tests: deterministic random matrices, central-difference
+// gradients and a naive O(Lq·Lk·d) attention written independently of the kernel (loops,
+// no policies).
 
 #include <Eigen/Core>
 
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include <posenc/attention.hpp>
@@ -27,6 +29,37 @@ rmat<Scalar> random_matrix(posenc::Index rows, posenc::Index cols, std::uint64_t
     m.data()[i] = static_cast<Scalar>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2.0 - 1.0);
   }
   return m;
+}
+
+/// Standard normal entries drawn from `gen` (the relative-attention tests' inputs).
+inline rmat<double> normal_matrix(posenc::Index rows, posenc::Index cols, std::mt19937& gen) {
+  std::normal_distribution<double> n(0.0, 1.0);
+  rmat<double> m(rows, cols);
+  for (posenc::Index i = 0; i < rows; ++i)
+    for (posenc::Index j = 0; j < cols; ++j) m(i, j) = n(gen);
+  return m;
+}
+
+/// Central differences (step h) of loss() with respect to every element of x, which is
+/// perturbed in place and restored.
+inline rmat<double> numeric_grad(rmat<double>& x, const std::function<double()>& loss, double h = 1e-6) {
+  rmat<double> g(x.rows(), x.cols());
+  for (posenc::Index e = 0; e < x.size(); ++e) {
+    const double keep = x.data()[e];
+    x.data()[e] = keep + h;
+    const double up = loss();
+    x.data()[e] = keep - h;
+    const double down = loss();
+    x.data()[e] = keep;
+    g.data()[e] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+/// numeric_grad() of L = sum(dout .* f()), f() returning a matrix shaped like dout.
+template <class F>
+rmat<double> numeric_gradient(rmat<double>& x, const rmat<double>& dout, F&& f) {
+  return numeric_grad(x, [&] { return dout.cwiseProduct(f()).sum(); });
 }
 
 /// Naive attention with an explicit bias function and visibility predicate.

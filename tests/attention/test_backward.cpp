@@ -12,25 +12,11 @@
 
 using posenc::Index;
 using posenc_test::max_abs_diff;
+using posenc_test::numeric_grad;
 using posenc_test::random_matrix;
 using posenc_test::rmat;
 
 namespace {
-
-/// Central differences of loss() with respect to every element of x (perturbed in place).
-rmat<double> numeric_grad(rmat<double>& x, const std::function<double()>& loss, double h = 1e-6) {
-  rmat<double> g(x.rows(), x.cols());
-  for (Index e = 0; e < x.size(); ++e) {
-    const double keep = x.data()[e];
-    x.data()[e] = keep + h;
-    const double up = loss();
-    x.data()[e] = keep - h;
-    const double down = loss();
-    x.data()[e] = keep;
-    g.data()[e] = (up - down) / (2 * h);
-  }
-  return g;
-}
 
 /// L = sum(out ∘ W) for a fixed random W, so dL/dout = W.
 double weighted_sum(const rmat<double>& out, const rmat<double>& w) { return out.cwiseProduct(w).sum(); }
@@ -173,4 +159,17 @@ TEST_CASE("backward validates its arguments", "[backward][errors]") {
   POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 0, 2, {},
                                                              posenc::no_position{}, ng),
                        "heads = 0");
+  // The packed-head checks shared with multi_head_attention (detail::check_packed_heads).
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 0, {},
+                                                             posenc::no_position{}, ng),
+                       "kv_heads = 0");
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 3, 2, {},
+                                                             posenc::no_position{}, ng),
+                       "q.cols() = 8");
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, random_matrix(5, 5, 3), random_matrix(3, 4, 4),
+                                                             2, 2, {}, posenc::no_position{}, ng),
+                       "v.cols() = 5");
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, random_matrix(6, 4, 3), random_matrix(3, 4, 4),
+                                                             2, 2, {}, posenc::no_position{}, ng),
+                       "v.rows() = 6");
 }

@@ -8,43 +8,20 @@
 #include <random>
 #include <string>
 
+#include "attention_support.hpp"
 #include "support/catch.hpp"
 #include "support/check.hpp"
 #include "support/golden.hpp"
 
 using posenc::Index;
 using dmat = posenc::attention_matrix<double>;
+using posenc_test::normal_matrix;
+using posenc_test::numeric_gradient;
 
 namespace {
 
-dmat random_matrix(Index rows, Index cols, std::mt19937& gen) {
-  std::normal_distribution<double> n(0.0, 1.0);
-  dmat m(rows, cols);
-  for (Index i = 0; i < rows; ++i)
-    for (Index j = 0; j < cols; ++j) m(i, j) = n(gen);
-  return m;
-}
-
 dmat g(const std::string& c, const std::string& what) {
   return posenc_test::golden_matrix<double>("relative_" + c + "_" + what + ".npy");
-}
-
-// Central difference of L = sum(dout .* f()) with respect to every entry of x.
-template <class F>
-dmat numeric_gradient(dmat& x, const dmat& dout, F&& f) {
-  const double eps = 1e-6;
-  dmat out(x.rows(), x.cols());
-  for (Index r = 0; r < x.rows(); ++r)
-    for (Index c = 0; c < x.cols(); ++c) {
-      const double old = x(r, c);
-      x(r, c) = old + eps;
-      const double lp = dout.cwiseProduct(f()).sum();
-      x(r, c) = old - eps;
-      const double lm = dout.cwiseProduct(f()).sum();
-      x(r, c) = old;
-      out(r, c) = (lp - lm) / (2 * eps);
-    }
-  return out;
 }
 
 }  // namespace
@@ -85,11 +62,11 @@ TEST_CASE("shaw table gradients agree with finite differences",
     for (bool causal : {false, true}) {
       INFO("tables " << tables << " causal " << causal);
       posenc::shaw_relative<double> shaw(clip, d, dv, tables);
-      shaw.key_tables() = random_matrix(tables * clip.rows(), d, gen);
-      shaw.value_tables() = random_matrix(tables * clip.rows(), dv, gen);
-      dmat q = random_matrix(lq, heads * d, gen), k = random_matrix(lk, kv_heads * d, gen),
-           v = random_matrix(lk, kv_heads * dv, gen);
-      const dmat dout = random_matrix(lq, heads * dv, gen);
+      shaw.key_tables() = normal_matrix(tables * clip.rows(), d, gen);
+      shaw.value_tables() = normal_matrix(tables * clip.rows(), dv, gen);
+      dmat q = normal_matrix(lq, heads * d, gen), k = normal_matrix(lk, kv_heads * d, gen),
+           v = normal_matrix(lk, kv_heads * dv, gen);
+      const dmat dout = normal_matrix(lq, heads * dv, gen);
       posenc::attention_options opt;
       opt.mask.causal = causal;
       opt.q_offset = 3;
@@ -115,10 +92,10 @@ TEST_CASE("shaw tables train: SGD lowers a regression loss", "[attention][shaw][
   const Index l = 6, d = 4, dv = 3;
   const auto clip = posenc::shaw_clip::symmetric(2);
   posenc::shaw_relative<double> teacher(clip, d, dv), student(clip, d, dv);
-  teacher.key_tables() = random_matrix(clip.rows(), d, gen);
-  teacher.value_tables() = random_matrix(clip.rows(), dv, gen);
-  const dmat q = random_matrix(l, d, gen), k = random_matrix(l, d, gen),
-             v = random_matrix(l, dv, gen);
+  teacher.key_tables() = normal_matrix(clip.rows(), d, gen);
+  teacher.value_tables() = normal_matrix(clip.rows(), dv, gen);
+  const dmat q = normal_matrix(l, d, gen), k = normal_matrix(l, d, gen),
+             v = normal_matrix(l, dv, gen);
   const dmat target = posenc::attention(q, k, v, {}, teacher);
   const auto loss = [&](dmat* dout) {
     const dmat diff = posenc::attention(q, k, v, {}, student) - target;

@@ -8,42 +8,20 @@
 #include <random>
 #include <string>
 
+#include "attention_support.hpp"
 #include "support/catch.hpp"
 #include "support/check.hpp"
 #include "support/golden.hpp"
 
 using posenc::Index;
 using dmat = posenc::attention_matrix<double>;
+using posenc_test::normal_matrix;
+using posenc_test::numeric_gradient;
 
 namespace {
 
-dmat random_matrix(Index rows, Index cols, std::mt19937& gen) {
-  std::normal_distribution<double> n(0.0, 1.0);
-  dmat m(rows, cols);
-  for (Index i = 0; i < rows; ++i)
-    for (Index j = 0; j < cols; ++j) m(i, j) = n(gen);
-  return m;
-}
-
 dmat g(const std::string& c, const std::string& what) {
   return posenc_test::golden_matrix<double>("relative_txl_" + c + "_" + what + ".npy");
-}
-
-template <class F>
-dmat numeric_gradient(dmat& x, const dmat& dout, F&& f) {
-  const double eps = 1e-6;
-  dmat out(x.rows(), x.cols());
-  for (Index r = 0; r < x.rows(); ++r)
-    for (Index c = 0; c < x.cols(); ++c) {
-      const double old = x(r, c);
-      x(r, c) = old + eps;
-      const double lp = dout.cwiseProduct(f()).sum();
-      x(r, c) = old - eps;
-      const double lm = dout.cwiseProduct(f()).sum();
-      x(r, c) = old;
-      out(r, c) = (lp - lm) / (2 * eps);
-    }
-  return out;
 }
 
 }  // namespace
@@ -93,12 +71,12 @@ TEST_CASE("transformer-xl u, v, W_R gradients agree with finite differences",
     for (bool causal : {false, true}) {
       INFO("d_R " << d_r << " causal " << causal);
       posenc::transformer_xl_relative<double> xl(heads, d, d_r);
-      xl.u() = random_matrix(heads, d, gen);
-      xl.v() = random_matrix(heads, d, gen);
-      if (d_r > 0) xl.w_r() = 0.5 * random_matrix(d_r, heads * d, gen);
-      dmat q = random_matrix(lq, heads * d, gen), k = random_matrix(lk, kv_heads * d, gen),
-           v = random_matrix(lk, kv_heads * 3, gen);
-      const dmat dout = random_matrix(lq, heads * 3, gen);
+      xl.u() = normal_matrix(heads, d, gen);
+      xl.v() = normal_matrix(heads, d, gen);
+      if (d_r > 0) xl.w_r() = 0.5 * normal_matrix(d_r, heads * d, gen);
+      dmat q = normal_matrix(lq, heads * d, gen), k = normal_matrix(lk, kv_heads * d, gen),
+           v = normal_matrix(lk, kv_heads * 3, gen);
+      const dmat dout = normal_matrix(lq, heads * 3, gen);
       posenc::attention_options opt;
       opt.mask.causal = causal;
       opt.q_offset = mem;
@@ -125,12 +103,12 @@ TEST_CASE("transformer-xl parameters train: SGD lowers a regression loss",
   std::mt19937 gen(42);
   const Index l = 6, heads = 2, d = 4;
   posenc::transformer_xl_relative<double> teacher(heads, d, 4), student(heads, d, 4);
-  teacher.u() = random_matrix(heads, d, gen);
-  teacher.v() = random_matrix(heads, d, gen);
-  teacher.w_r() = random_matrix(4, heads * d, gen);
-  student.w_r() = 0.1 * random_matrix(4, heads * d, gen);
-  const dmat q = random_matrix(l, heads * d, gen), k = random_matrix(l, heads * d, gen),
-             v = random_matrix(l, heads * d, gen);
+  teacher.u() = normal_matrix(heads, d, gen);
+  teacher.v() = normal_matrix(heads, d, gen);
+  teacher.w_r() = normal_matrix(4, heads * d, gen);
+  student.w_r() = 0.1 * normal_matrix(4, heads * d, gen);
+  const dmat q = normal_matrix(l, heads * d, gen), k = normal_matrix(l, heads * d, gen),
+             v = normal_matrix(l, heads * d, gen);
   posenc::attention_options opt;
   opt.mask.causal = true;
   const dmat target = posenc::multi_head_attention(q, k, v, heads, heads, opt, teacher);

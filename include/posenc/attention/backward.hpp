@@ -157,14 +157,7 @@ attention_gradients<detail::scalar_of<DQ>> multi_head_attention_backward(
                     std::is_same_v<Scalar, detail::scalar_of<DO>>,
                 "posenc::multi_head_attention_backward: inputs must have the same scalar type");
   const char* where = "multi_head_attention_backward";
-  detail::require(heads >= 1, where, "heads", heads, "must be >= 1");
-  detail::require(kv_heads >= 1, where, "kv_heads", kv_heads, "must be >= 1");
-  detail::require(q.cols() % heads == 0, where, "q.cols()", q.cols(), "must be divisible by heads");
-  detail::require(k.cols() % kv_heads == 0, where, "k.cols()", k.cols(),
-                  "must be divisible by kv_heads");
-  detail::require(v.cols() % kv_heads == 0, where, "v.cols()", v.cols(),
-                  "must be divisible by kv_heads");
-  detail::require(k.rows() == v.rows(), where, "v.rows()", v.rows(), "must equal k.rows()");
+  detail::check_packed_heads(q, k, v, heads, kv_heads, where);
   const attention_matrix<Scalar> qe = q, ke = k, ve = v, oe = dout;
   const Index d = q.cols() / heads, dvn = v.cols() / kv_heads;
   const auto qv = view_shd(qe.data(), qe.rows(), heads, d);

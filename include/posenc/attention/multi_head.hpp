@@ -82,6 +82,19 @@ attention_shape multi_head_shape(const strided_view<TQ, 4>& q, const strided_vie
   return s;
 }
 
+/// Validates packed-head matrices q [Lq, H·d], k [Lk, H_kv·d], v [Lk, H_kv·dv] before they
+/// are cut into heads (the forward and backward matrix forms share it).
+template <class DQ, class DK, class DV>
+void check_packed_heads(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                        const Eigen::MatrixBase<DV>& v, Index heads, Index kv_heads, const char* where) {
+  require(heads >= 1, where, "heads", heads, "must be >= 1");
+  require(kv_heads >= 1, where, "kv_heads", kv_heads, "must be >= 1");
+  require(q.cols() % heads == 0, where, "q.cols()", q.cols(), "must be divisible by heads");
+  require(k.cols() % kv_heads == 0, where, "k.cols()", k.cols(), "must be divisible by kv_heads");
+  require(v.cols() % kv_heads == 0, where, "v.cols()", v.cols(), "must be divisible by kv_heads");
+  require(k.rows() == v.rows(), where, "v.rows()", v.rows(), "must equal k.rows()");
+}
+
 }  // namespace detail
 
 /// Multi-head batched attention over strided views (see the file comment for shapes).
@@ -128,14 +141,7 @@ attention_matrix<detail::scalar_of<DQ>> multi_head_attention(
                     std::is_same_v<Scalar, detail::scalar_of<DV>>,
                 "posenc::multi_head_attention: q, k and v must have the same scalar type");
   const char* where = "multi_head_attention";
-  detail::require(heads >= 1, where, "heads", heads, "must be >= 1");
-  detail::require(kv_heads >= 1, where, "kv_heads", kv_heads, "must be >= 1");
-  detail::require(q.cols() % heads == 0, where, "q.cols()", q.cols(), "must be divisible by heads");
-  detail::require(k.cols() % kv_heads == 0, where, "k.cols()", k.cols(),
-                  "must be divisible by kv_heads");
-  detail::require(v.cols() % kv_heads == 0, where, "v.cols()", v.cols(),
-                  "must be divisible by kv_heads");
-  detail::require(k.rows() == v.rows(), where, "v.rows()", v.rows(), "must equal k.rows()");
+  detail::check_packed_heads(q, k, v, heads, kv_heads, where);
   const attention_matrix<Scalar> qe = q, ke = k, ve = v;
   const Index d = q.cols() / heads, dv = v.cols() / kv_heads;
   attention_matrix<Scalar> out(q.rows(), heads * dv);
