@@ -230,6 +230,28 @@ TEST_CASE("fully masked rows give zeros, never NaN", "[flash]") {
   CHECK(rel_err(out, run_reference(p, opt, posenc::no_position{})) < 2e-6);
 }
 
+TEST_CASE("a NaN logit gives a NaN row, as in the reference", "[flash]") {
+  for (Index lq : {Index(1), Index(70)}) {  // decode path and tiled path
+    const sizes z{1, 2, 1, lq, 3000, 16, 8};
+    problem<float> p(z, 91);
+    const Index bad = lq / 2;
+    p.q(bad, 3) = std::numeric_limits<float>::quiet_NaN();  // head 0 of query row `bad`
+    posenc::attention_options opt;
+    opt.mask.causal = true;
+    opt.q_offset = 3000 - lq;
+    const rmat<float> got = run_flash(p, opt, posenc::no_position{});
+    const rmat<float> want = run_reference(p, opt, posenc::no_position{});
+    INFO("Lq = " << lq);
+    CHECK(got.row(bad).head(8).array().isNaN().all());   // head 0: NaN
+    CHECK(got.row(bad).tail(8).allFinite());             // head 1: untouched
+    CHECK(want.row(bad).head(8).array().isNaN().all());
+    rmat<float> g = got, w = want;
+    g.row(bad).head(8).setZero();
+    w.row(bad).head(8).setZero();
+    CHECK(rel_err(g, w) < 2e-6);
+  }
+}
+
 TEST_CASE("decode: one query over a long cache splits the keys and merges exactly", "[flash][decode]") {
   for (Index lq : {1, 3, 8}) {
     const sizes z{2, 4, 2, lq, 5000, 80, 64};

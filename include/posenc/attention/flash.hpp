@@ -13,8 +13,9 @@
 ///
 /// Semantics are the reference's: scale (0 = 1/sqrt(d)), causal with query offset,
 /// padding (key_lengths), boolean and additive masks, grouped/multi-query heads, and a
-/// row that sees no key gives zeros. Float, Eigen::half and Eigen::bfloat16 storage
-/// compute in float32 (running sums in double); double storage computes in double.
+/// row that sees no key gives zeros; a NaN or +inf logit gives a NaN row. Float,
+/// Eigen::half and Eigen::bfloat16 storage compute in float32 (running sums in double);
+/// double storage computes in double.
 ///
 /// Work is split into (batch, head, block of 128 query rows) units (Dao et al. 2022,
 /// "FlashAttention"), each an online softmax over tiles of keys (backend/scalar/flash.hpp);
@@ -275,6 +276,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
         double l = 0.0;
         for (Index c = 0; c < chunks; ++c) {
           const partial& p = parts[static_cast<std::size_t>(u * chunks + c)];
+          if (std::isnan(p.l[ur])) l = p.l[ur];  // a NaN logit in any chunk: NaN row
           if (!(p.l[ur] > 0)) continue;
           const Real f = std::exp(p.m[ur] - mx);
           l += p.l[ur] * static_cast<double>(f);

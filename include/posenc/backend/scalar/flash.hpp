@@ -245,8 +245,11 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
       }
       bias_and_mask(hc, ci, ws, r, i, pos, j0, n, srow);
       row_array a(srow, n);
-      const Real mx = a.maxCoeff();
-      if (mx == neg_inf) {  // every key of this tile masked for this row
+      const Real mx = a.template maxCoeff<Eigen::PropagateNaN>();
+      if (mx == neg_inf || std::isnan(mx)) {  // every key masked, or a NaN logit
+        // A NaN logit makes the whole row NaN, as in the reference (the NaN sum marks it
+        // and survives every later rescale); a masked tile adds nothing.
+        if (std::isnan(mx)) ws.l[ur] = std::numeric_limits<double>::quiet_NaN();
         std::fill(srow, srow + nk, Real(0));
         continue;
       }
@@ -283,7 +286,9 @@ void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
   if constexpr (is_shaw<Policy>::value) ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
   for (Index r = 0; r < nb; ++r) {
     const double l = ws.l[static_cast<std::size_t>(r)];
-    const Real inv = l > 0 ? static_cast<Real>(1.0 / l) : Real(0);
+    // l > 0: normalise; l = 0: the row saw no key (zeros); NaN: a NaN/+inf logit (NaN row).
+    const Real inv = l > 0 ? static_cast<Real>(1.0 / l)
+                           : (std::isnan(l) ? std::numeric_limits<Real>::quiet_NaN() : Real(0));
     for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(ws.o(r, c) * inv);
   }
 }
