@@ -58,6 +58,12 @@ args parse(const command& cmd, const std::vector<std::string>& argv);
 /// The full help text of one subcommand.
 std::string help_text(const command& cmd);
 
+/// numpy's name of a float Scalar's dtype ("float32" / "float64"), for the "wrote" lines.
+template <class Scalar>
+constexpr const char* dtype_name() {
+  return sizeof(Scalar) == 4 ? "float32" : "float64";
+}
+
 // Registered subcommands, one function per source file.
 command sinusoidal_command();
 command learned_command();

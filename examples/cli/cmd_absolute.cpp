@@ -42,11 +42,6 @@ const flag dtype_flag{"--dtype", "f32|f64", "element type of the file (default f
 const flag out_flag{"--out", "FILE.npy", "output file", true};
 
 template <class Scalar>
-const char* dtype_name() {
-  return sizeof(Scalar) == 4 ? "float32" : "float64";
-}
-
-template <class Scalar>
 int write_sinusoidal(const posenc::sinusoidal_config& cfg, long long len, long long offset,
                      const std::string& out) {
   const posenc::sinusoidal<Scalar> enc(cfg);

@@ -62,7 +62,7 @@ int run_attention(const dmat& q, const dmat& k, const dmat& v, const posenc::att
   posenc::io::write_npy(a.str("--out"), out);
   if (want_w) posenc::io::write_npy(a.str("--weights-out"), w);
   std::cout << "wrote " << a.str("--out") << ": [" << out.rows() << ", " << out.cols() << "] "
-            << (sizeof(Scalar) == 4 ? "float32" : "float64") << "\n";
+            << dtype_name<Scalar>() << "\n";
   return 0;
 }
 

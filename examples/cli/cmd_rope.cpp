@@ -88,7 +88,7 @@ int rotate_file(const args& a, const posenc::rope_config& cfg) {
   }
   std::cout << "wrote " << out << ": [" << len;
   if (x.shape.size() == 3) std::cout << ", " << heads;
-  std::cout << ", " << width << "] " << (sizeof(Scalar) == 4 ? "float32" : "float64") << ", "
+  std::cout << ", " << width << "] " << dtype_name<Scalar>() << ", "
             << posenc::to_string(cfg.scaling) << ", " << posenc::to_string(cfg.pairing)
             << ", rotary dim " << rope.rotary_dim() << ", positions " << offset << ".."
             << offset + len - 1 << "\n";
