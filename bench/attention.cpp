@@ -12,20 +12,13 @@
 
 #include <cstdint>
 
+#include "bench_util.hpp"
+
 namespace {
 
 using posenc::Index;
-using fmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-fmat random_input(Index rows, Index cols, std::uint64_t seed) {
-  std::uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
-  fmat m(rows, cols);
-  for (Index i = 0; i < m.size(); ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    m.data()[i] = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-  }
-  return m;
-}
+using posenc_bench::fmat;
+using posenc_bench::random_input;
 
 void set_counters(benchmark::State& state, Index L, Index d) {
   const double flops = 4.0 * static_cast<double>(L) * static_cast<double>(L) * static_cast<double>(d);
@@ -35,14 +28,7 @@ void set_counters(benchmark::State& state, Index L, Index d) {
 
 void BM_eigen_gemm_baseline(benchmark::State& state) {
   const Index L = state.range(0), d = state.range(1);
-  const fmat q = random_input(L, d, 1), k = random_input(L, d, 2), v = random_input(L, d, 3);
-  fmat s(L, L), o(L, d);
-  for (auto _ : state) {
-    s.noalias() = q * k.transpose();
-    o.noalias() = s * v;
-    benchmark::DoNotOptimize(o.data());
-    benchmark::ClobberMemory();
-  }
+  posenc_bench::run_eigen_gemms(state, L, d);
   set_counters(state, L, d);
   state.SetLabel("eigen float GEMMs");
 }
