@@ -87,6 +87,8 @@ args parse(const command& cmd, const std::vector<std::string>& argv) {
     for (const auto& cand : cmd.flags)
       if (cand.name == tok) f = &cand;
     if (!f) throw usage_error("unknown flag " + tok + " for 'posenc " + cmd.name + "' (see --help)");
+    // A repeated flag is a mistake in a script, not a choice: refuse it rather than keep one.
+    if (out.has(tok)) throw usage_error("flag " + tok + " given twice");
     if (f->value_name.empty()) {
       if (inline_value) throw usage_error("flag " + tok + " takes no value");
       out.values_[tok] = "1";

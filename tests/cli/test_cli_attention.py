@@ -125,6 +125,7 @@ def main():
                      ["bias", "alibi", "--heads", "2", "--len-q", "2", "--len-k", "2", "--bogus"],
                      ["bias", "t5", "--len-q", "2", "--len-k", "2", "--buckets", "3"],
                      ["bias", "t5", "--len-q", "2", "--len-k", "x"],
+                     ["bias", "t5", "--len-q", "2", "--len-k", "3", "--len-k=4"],
                      ["attention", *io, "--alibi-heads", "4", "--rope-base", "10000"],
                      ["attention", *io, "--alibi-heads", "4", "--alibi-head", "4"],
                      ["attention", *io, "--rope-base", "0.5"],
