@@ -284,3 +284,53 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
   POSENC_REQUIRE_ERROR(posenc::rope_dim_permutation(4, rope_pairing::half, rope_pairing::interleaved, 6),
                        "rotary_dim = 6");
 }
+
+TEST_CASE("rotary: far positions, reserve and rotary_dim limits", "[rotary][errors][far]") {
+  constexpr Index kmax = std::numeric_limits<Index>::max();
+  // only -1 means "= head_dim"
+  POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -2), "rotary_dim = -2");
+  POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, kmax), "rotary_dim = 9223372036854775807");
+  CHECK(rotary_embedding<float>(8, -1).rotary_dim() == 8);
+
+  for (const auto mode : cache_modes) {
+    posenc::rope_options opt;
+    opt.cache = mode;
+    opt.cache_limit = 64;
+    rotary_embedding<double> rope(8, -1, 1e4, rope_pairing::half, opt);
+    posenc::rope_options fly = opt;
+    fly.cache = posenc::rope_cache_mode::on_the_fly;
+    rotary_embedding<double> ref(8, -1, 1e4, rope_pairing::half, fly);
+    const rmat<double> x = rmat<double>::Constant(3, 8, 0.5);
+
+    // a position id of INT64_MAX grows the cache to its limit, not past it
+    const std::vector<Index> ids{0, kmax, 5};
+    rmat<double> y = rope.rotated(x, ids);
+    CHECK(y == ref.rotated(x, ids));
+    CHECK(rope.cache().size() <= opt.cache_limit);
+    if (mode == posenc::rope_cache_mode::cached) CHECK(rope.cache().size() == opt.cache_limit);
+
+    // the last offset whose last token fits in an Index (offset + seq - 1 == INT64_MAX)
+    const Index last = kmax - 2;
+    y = rope.rotated(x, last);
+    REQUIRE(y.allFinite());
+    CHECK(y == ref.rotated(x, last));
+    POSENC_REQUIRE_ERROR(rope.apply(y, kmax - 1), "offset = 9223372036854775806");
+    POSENC_REQUIRE_ERROR(rope.apply(y, kmax), "offset = 9223372036854775807");
+    CHECK_NOTHROW(rope.apply(y.topRows(1), kmax));  // one token at INT64_MAX is fine
+
+    // reserve never stores more than cache_limit rows (2^40 rows would be terabytes)
+    rope.reserve(Index(1) << 40);
+    CHECK(rope.cache().size() == (mode == posenc::rope_cache_mode::cached ? opt.cache_limit : 0));
+    POSENC_REQUIRE_ERROR(rope.reserve(-3), "max_len = -3");
+  }
+  // max_len up front is capped by cache_limit too
+  posenc::rope_options big;
+  big.max_len = Index(1) << 40;
+  big.cache_limit = 16;
+  CHECK(rotary_embedding<float>(8, -1, 1e4, rope_pairing::half, big).cache().size() == 16);
+  // (2^62 + 2) * 4 wraps to 8: an ids count must not match a wrapped batch * seq
+  std::vector<float> buf(8);
+  const posenc::heads_view<float> huge(buf.data(), {(Index(1) << 62) + 2, 4, 1, 2}, {0, 0, 0, 1});
+  rotary_embedding<float> small(2);
+  POSENC_REQUIRE_ERROR(small.apply(huge, std::vector<Index>(8, 0)), "position_ids.size() = 8");
+}

@@ -63,7 +63,7 @@ enum class rope_cache_mode {
 struct rope_options {
   rope_precision precision = rope_precision::exact;  ///< see cache.hpp
   rope_cache_mode cache = rope_cache_mode::cached;
-  Index max_len = 0;  ///< positions to precompute up front (cached mode)
+  Index max_len = 0;  ///< positions to precompute up front (cached mode; at most cache_limit)
   /// The cache grows on demand up to this many positions (default 262144: 128 MiB for
   /// float and r = 128); rows of positions beyond it are computed on the fly, with
   /// identical results, so a far-away position id never allocates a huge table.
@@ -118,7 +118,8 @@ class rotary_embedding {
   /// Row-major [rows, cols] matrix of Scalar.
   using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-  /// Unscaled RoPE: head dim D, rotary dim r (-1 = D; even, <= D), inv_freq_i = base^(-2i/r).
+  /// Unscaled RoPE: head dim D, rotary dim r (-1 = D; otherwise even, > 0 and <= D),
+  /// inv_freq_i = base^(-2i/r).
   /// Throws posenc::error naming `head_dim`, `rotary_dim` or `base`.
   explicit rotary_embedding(Index head_dim, Index rotary_dim = -1, double base = 10000.0,
                             rope_pairing pairing = rope_pairing::half, rope_options options = {})
@@ -140,8 +141,11 @@ class rotary_embedding {
                     "must be >= 0");
     detail::require(options.cache_limit >= 0, "rotary_embedding", "cache_limit",
                     options.cache_limit, "must be >= 0");
-    cache_ = rope_cache<Scalar>(std::move(freqs), options.precision,
-                                options.cache == rope_cache_mode::cached ? options.max_len : 0);
+    // max_len is capped by cache_limit like every other growth of the cache
+    cache_ = rope_cache<Scalar>(
+        std::move(freqs), options.precision,
+        options.cache == rope_cache_mode::cached ? std::min(options.max_len, options.cache_limit)
+                                                 : 0);
   }
 
   /// From a configuration (any scaling): its frequencies for a sequence length `seq_len`
@@ -157,9 +161,14 @@ class rotary_embedding {
   /// The cos/sin cache (empty in on_the_fly mode).
   const rope_cache<Scalar>& cache() const noexcept { return cache_; }
 
-  /// Precomputes cos/sin for positions [0, max_len) (cached mode; no-op on the fly).
+  /// Precomputes cos/sin for positions [0, min(max_len, cache_limit)) (cached mode; no-op
+  /// on the fly): rows past cache_limit are never stored (they are computed on the fly,
+  /// with identical results). Throws posenc::error naming `max_len` when it is < 0.
   void reserve(Index max_len) {
-    if (options_.cache == rope_cache_mode::cached) cache_.reserve(max_len);
+    detail::require(max_len >= 0, "rotary_embedding::reserve", "max_len", max_len,
+                    "must be >= 0");
+    if (options_.cache == rope_cache_mode::cached)
+      cache_.reserve(std::min(max_len, options_.cache_limit));
   }
 
   // ---- one head [L, D] (Eigen) -------------------------------------------------------
@@ -263,7 +272,8 @@ class rotary_embedding {
 
   static rope_frequencies make_plain(Index head_dim, Index rotary_dim, double base) {
     detail::require(head_dim > 0, "rotary_embedding", "head_dim", head_dim, "must be > 0");
-    const Index r = rotary_dim < 0 ? head_dim : rotary_dim;
+    // only -1 means "the head dim": any other negative is a mistake, not full rotary
+    const Index r = rotary_dim == -1 ? head_dim : rotary_dim;
     detail::require(r > 0 && r % 2 == 0, "rotary_embedding", "rotary_dim", r,
                     "must be even and > 0");
     detail::require(r <= head_dim, "rotary_embedding", "rotary_dim", r,
@@ -350,12 +360,14 @@ class rotary_embedding {
       detail::require(p >= 0, where, "offset", p, "positions must be >= 0");
       detail::require(seq == 0 || p <= std::numeric_limits<Index>::max() - (seq - 1), where,
                       "offset", p, "offset + seq - 1 overflows");
-      return seq == 0 ? -1 : p + seq - 1;
+      return seq == 0 ? -1 : p + (seq - 1);
     }
     const Index n = positions.count();
-    detail::require(n == seq || n == batch * seq, where, "position_ids.size()", n,
-                    "must equal seq = " + std::to_string(seq) + " or batch * seq = " +
-                        std::to_string(batch * seq));
+    // n / seq rather than batch * seq: extents of stride-0 views may be huge
+    detail::require(n == seq || (seq > 0 && n % seq == 0 && n / seq == batch), where,
+                    "position_ids.size()", n,
+                    "must equal seq = " + std::to_string(seq) + " or batch * seq (batch = " +
+                        std::to_string(batch) + ")");
     detail::require(n == 0 || positions.ids() != nullptr, where, "position_ids", "nullptr",
                     "non-empty ids need memory");
     Index max_pos = -1;
@@ -378,7 +390,9 @@ class rotary_embedding {
       // grow geometrically (amortised O(1) rows per decoded token), never past the limit
       const Index doubled = cache_.size() > options_.cache_limit / 2 ? options_.cache_limit
                                                                       : 2 * cache_.size();
-      cache_.reserve(std::min(options_.cache_limit, std::max(max_pos + 1, doubled)));
+      // max_pos may be INT64_MAX: cap it below the limit before adding 1
+      cache_.reserve(std::min(options_.cache_limit,
+                              std::max(std::min(max_pos, options_.cache_limit - 1) + 1, doubled)));
     }
     const rope_frequencies& f = cache_.frequencies();
     const Index pairs = cache_.pairs();
