@@ -14,8 +14,9 @@
 namespace posenc_cli {
 namespace {
 
-// Refuse tables whose element count would overflow or exhaust memory outright.
-constexpr long long max_elements = 1LL << 32;
+// Refuse tables whose element count would overflow or need gigabytes (2^28 doubles is
+// 2 GiB), like the other subcommands.
+constexpr long long max_elements = 1LL << 28;
 
 long long positive(const args& a, const std::string& name) {
   const long long v = a.integer(name);
@@ -33,7 +34,7 @@ table_shape read_shape(const args& a) {
   const long long len = positive(a, "--len");
   if (len > max_elements / dim)
     throw usage_error("table too large: --len " + std::to_string(len) + " x --dim " +
-                      std::to_string(dim) + " exceeds 2^32 elements");
+                      std::to_string(dim) + " exceeds 2^28 elements");
   return {len, dim};
 }
 

@@ -103,6 +103,15 @@ def main():
         for argv in bad:
             rc, so, se = run(cli, *argv, "--out", out)
             expect_one_line_error(argv, rc, se, out=out)
+        # tables over 2^28 elements are refused up front (2^32 once reached the allocator
+        # and printed std::bad_alloc after trying 16 GiB)
+        for argv in (["sinusoidal", "--dim", "65536", "--len", "65536"],
+                     ["sinusoidal", "--dim", "16384", "--len", "16385"],
+                     ["sinusoidal", "--dim", "1", "--len", "9223372036854775807"],
+                     ["learned", "--dim", "65536", "--len", "65536", "--seed", "1"],
+                     ["learned", "--dim", "16385", "--len", "16384", "--seed", "1"]):
+            rc, so, se = run(cli, *argv, "--out", out)
+            expect_one_line_error(argv, rc, se, out=out, needle="exceeds 2^28 elements")
         for argv in (["sinusoidal", "--dim", "6", "--len", "4"], ["nonsense"],
                      ["learned", "--dim", "6", "--len", "4", "--seed", "1", "--out"]):
             rc, so, se = run(cli, *argv)
