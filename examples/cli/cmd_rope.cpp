@@ -22,6 +22,34 @@ long long positive(const args& a, const std::string& name) {
   return v;
 }
 
+/// A scaling flag given with a --scaling that ignores it is a usage error (it would
+/// otherwise be silently dropped: `--scaling none --factor 3` rotates as unscaled).
+void reject_unused_scaling_flags(const args& a, posenc::rope_scaling_type s) {
+  using t = posenc::rope_scaling_type;
+  struct use {
+    const char* flag;
+    bool used;
+  };
+  const bool yarn = s == t::yarn;
+  const use uses[] = {
+      {"--factor", s != t::none && s != t::xpos},
+      {"--original-max", s == t::dynamic || yarn || s == t::llama3 || s == t::longrope},
+      {"--beta-fast", yarn},
+      {"--beta-slow", yarn},
+      {"--mscale", yarn},
+      {"--mscale-all-dim", yarn},
+      {"--low-freq-factor", s == t::llama3},
+      {"--high-freq-factor", s == t::llama3},
+      {"--short-factor", s == t::longrope},
+      {"--long-factor", s == t::longrope},
+      {"--xpos-scale-base", s == t::xpos},
+  };
+  for (const use& u : uses)
+    if (!u.used && a.has(u.flag))
+      throw usage_error(std::string(u.flag) + " is not used by --scaling " +
+                        posenc::to_string(s));
+}
+
 /// The rope_config the flags describe (the library validates it when used).
 posenc::rope_config config_from(const args& a) {
   posenc::rope_config c;
@@ -31,6 +59,7 @@ posenc::rope_config config_from(const args& a) {
   c.pairing = posenc::parse_rope_pairing(a.choice("--pairing", {"half", "interleaved"}, "half"));
   c.scaling = posenc::parse_rope_scaling_type(
       a.choice("--scaling", {"none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "xpos"}, "none"));
+  reject_unused_scaling_flags(a, c.scaling);
   c.factor = a.real_or("--factor", 1.0);
   c.original_max_positions = a.integer_or("--original-max", 0);
   c.beta_fast = a.real_or("--beta-fast", c.beta_fast);
@@ -109,6 +138,7 @@ command rope_command() {
       "              [--original-max N] [--seq-len N] [--beta-fast X] [--beta-slow X] [--mscale X]\n"
       "              [--mscale-all-dim X] [--attention-factor X] [--low-freq-factor X]\n"
       "              [--high-freq-factor X] [--short-factor a,b,...] [--long-factor a,b,...]\n"
+      "              [--xpos-scale-base X] [--key] [--float32-reference]\n"
       "              [--offset P] [--inv-freq-out F.npy] [--print-attention-factor]\n"
       "              --in X.npy --out Y.npy";
   c.flags = {

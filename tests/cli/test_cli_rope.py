@@ -52,6 +52,11 @@ def main():
                      "--high-freq-factor", "--short-factor", "--long-factor", "--offset", "--in",
                      "--out", "--inv-freq-out", "--print-attention-factor"]:
             expect(rc == 0 and flag in so, f"rope --help mentions {flag}")
+        # the synopsis (between "Usage:" and "Flags:") names every flag, not only the table
+        synopsis = so.split("Flags:")[0]
+        for flag in ["--xpos-scale-base", "--key", "--float32-reference", "--offset",
+                     "--inv-freq-out", "--print-attention-factor", "--in", "--out"]:
+            expect(rc == 0 and flag in synopsis, f"rope usage synopsis mentions {flag}")
 
         # unscaled models: Llama-2 (half), GPT-J (interleaved, partial), Pythia (partial)
         for d, r, pairing, offset in [(128, 128, "half", 0), (256, 64, "interleaved", 2040),
@@ -147,6 +152,32 @@ def main():
             (["--head-dim", 16, "--offset", -1], "--offset"),
             (["--head-dim", 16, "--factor", "abc"], "--factor"),
             (["--head-dim", 16, "--bogus", 1], "--bogus"),
+            # scaling flags that the chosen --scaling ignores
+            (["--head-dim", 16, "--scaling", "none", "--factor", 3],
+             "--factor is not used by --scaling none"),
+            (["--head-dim", 16, "--factor", 3], "--factor is not used by --scaling none"),
+            (["--head-dim", 16, "--scaling", "xpos", "--factor", 2],
+             "--factor is not used by --scaling xpos"),
+            (["--head-dim", 16, "--scaling", "linear", "--factor", 2, "--original-max", 64],
+             "--original-max is not used by --scaling linear"),
+            (["--head-dim", 16, "--scaling", "ntk", "--factor", 2, "--beta-fast", 8],
+             "--beta-fast is not used by --scaling ntk"),
+            (["--head-dim", 16, "--scaling", "llama3", "--factor", 2, "--original-max", 64,
+              "--mscale", 1], "--mscale is not used by --scaling llama3"),
+            (["--head-dim", 16, "--scaling", "dynamic", "--factor", 2, "--original-max", 64,
+              "--beta-slow", 2], "--beta-slow is not used by --scaling dynamic"),
+            (["--head-dim", 16, "--scaling", "longrope", "--factor", 2, "--original-max", 64,
+              "--short-factor", "1,1,1,1,1,1,1,1", "--long-factor", "1,1,1,1,1,1,1,1",
+              "--mscale-all-dim", 1], "--mscale-all-dim is not used by --scaling longrope"),
+            (["--head-dim", 16, "--scaling", "yarn", "--factor", 2, "--original-max", 64,
+              "--low-freq-factor", 1], "--low-freq-factor is not used by --scaling yarn"),
+            (["--head-dim", 16, "--high-freq-factor", 4],
+             "--high-freq-factor is not used by --scaling none"),
+            (["--head-dim", 16, "--scaling", "llama3", "--factor", 2, "--original-max", 64,
+              "--short-factor", "1,1"], "--short-factor is not used by --scaling llama3"),
+            (["--head-dim", 16, "--long-factor", "1,1"], "--long-factor is not used by --scaling none"),
+            (["--head-dim", 16, "--xpos-scale-base", 256],
+             "--xpos-scale-base is not used by --scaling none"),
         ]
         for argv, needle in bad:
             out = os.path.join(tmp, "never.npy")
