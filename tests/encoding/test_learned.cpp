@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -315,4 +316,39 @@ TEST_CASE("learned errors name the parameter and both numbers", "[learned][error
   POSENC_REQUIRE_ERROR(t.sgd_step(-1.0), "learning_rate = -1");
   POSENC_REQUIRE_ERROR(t.interpolated(0), "new_len = 0");
   CHECK(t.gradient().isZero(0));  // failed calls changed nothing
+}
+
+TEST_CASE("learned: sizes past max_elements are refused before allocating", "[learned][error]") {
+  using T = posenc::learned_table<float>;
+  constexpr Index kmax = std::numeric_limits<Index>::max();
+  STATIC_REQUIRE(T::max_elements == (Index(1) << 36));
+  // max_len * dim would overflow an Index (this used to throw std::bad_alloc)
+  POSENC_REQUIRE_ERROR(T(kmax, 4, 1), "max_len = 9223372036854775807");
+  POSENC_REQUIRE_ERROR(T(kmax, 4, 1), "must be <= 17179869184 for dim = 4");
+  POSENC_REQUIRE_ERROR(T(4, kmax, 1), "dim = 9223372036854775807");
+  POSENC_REQUIRE_ERROR(T(kmax, kmax, 1), "dim = 9223372036854775807");
+  // just past the limit, for a width that divides it and one that does not
+  POSENC_REQUIRE_ERROR(T((Index(1) << 34) + 1, 4, 1), "max_len = 17179869185");
+  POSENC_REQUIRE_ERROR(T(Index(1) << 35, 3, 1), "max_len = 34359738368");
+  POSENC_REQUIRE_ERROR(T((Index(1) << 36) + 1, 1, 1), "max_len = 68719476737");
+  POSENC_REQUIRE_ERROR(T(1, (Index(1) << 36) + 1, 1), "dim = 68719476737");
+  const T t(3, 4, 7);
+  POSENC_REQUIRE_ERROR(t.interpolated(kmax), "new_len = 9223372036854775807");
+  POSENC_REQUIRE_ERROR(t.interpolated((Index(1) << 34) + 1), "new_len = 17179869185");
+  // the stepped interpolation positions equal the exact j (L - 1) / (N - 1)
+  const T src(7, 2, 3);
+  for (const Index n : {1, 2, 3, 5, 7, 8, 13, 40}) {
+    const T r = src.interpolated(n);
+    for (Index j = 0; j < n; ++j) {
+      const double x = n == 1 ? 0.0 : double(j) * 6.0 / double(n - 1);
+      const auto lo = static_cast<Index>(std::floor(x));
+      const double f = x - double(lo);
+      for (Index c = 0; c < 2; ++c) {
+        const double want = lo >= 6 ? double(src.weights()(6, c))
+                                    : (1.0 - f) * double(src.weights()(lo, c)) +
+                                          f * double(src.weights()(lo + 1, c));
+        CHECK(std::abs(double(r.weights()(j, c)) - want) <= 1e-6);
+      }
+    }
+  }
 }

@@ -44,11 +44,17 @@ class learned_table {
   /// The usual initial standard deviation (GPT-2, BERT: 0.02).
   static constexpr double default_stddev = 0.02;
 
+  /// The most elements (max_len * dim) a table made here may have: 2^36 (256 GiB of
+  /// float32 with its gradient; 2^20 positions of width 2^16). Larger sizes are refused
+  /// with posenc::error before anything is allocated, instead of overflowing the size or
+  /// failing with std::bad_alloc.
+  static constexpr Index max_elements = Index(1) << 36;
+
   /// A [max_len, dim] table drawn from N(0, stddev^2) with posenc::random_generator(seed):
   /// element (r, c) is stddev * z_k rounded to Scalar, where z_k is the generator's
   /// k-th normal() and k = r * dim + c. The same seed gives the same table on every
-  /// platform. Throws posenc::error for max_len < 1, dim < 1, or a negative or non-finite
-  /// stddev.
+  /// platform. Throws posenc::error for max_len < 1, dim < 1, max_len * dim >
+  /// max_elements, or a negative or non-finite stddev.
   learned_table(Index max_len, Index dim, std::uint64_t seed, double stddev = default_stddev) {
     check_shape("learned_table", max_len, dim);
     detail::require(std::isfinite(stddev) && stddev >= 0, "learned_table", "stddev", stddev,
@@ -206,25 +212,36 @@ class learned_table {
   /// x_j = j (max_len - 1) / (new_len - 1), so the first and last rows are kept exactly
   /// and rows in between mix the two nearest old rows, (1 - t) W(floor x) + t W(floor x + 1)
   /// computed in double. new_len = 1 keeps row 0; a one-row table repeats its row.
-  /// Works for shrinking too. Throws posenc::error for new_len < 1.
+  /// Works for shrinking too. Throws posenc::error for new_len < 1 or new_len * dim >
+  /// max_elements.
   learned_table interpolated(Index new_len) const {
     detail::require(new_len >= 1, "learned_table::interpolated", "new_len", new_len, "must be >= 1");
+    check_size("learned_table::interpolated", "new_len", new_len, dim());
     const Index old_len = max_len();
     matrix out(new_len, dim());
+    // x_j = j (L - 1) / (N - 1) split exactly into integer part lo and remainder rem,
+    // stepped by (L - 1) / (N - 1) per row: j (L - 1) itself may overflow an Index
+    const Index den = new_len > 1 ? new_len - 1 : 1;
+    const Index step_lo = (old_len - 1) / den, step_rem = (old_len - 1) % den;
+    Index lo = 0, rem = 0;
     for (Index j = 0; j < new_len; ++j) {
+      if (j > 0) {
+        lo += step_lo;
+        rem += step_rem;  // both < den: no overflow
+        if (rem >= den) {
+          rem -= den;
+          ++lo;
+        }
+      }
       if (new_len == 1 || old_len == 1) {
         out.row(j) = weights_.row(0);
         continue;
       }
-      // x_j = j (L - 1) / (N - 1) split exactly into integer part and fraction
-      const Index num = j * (old_len - 1);
-      const Index lo = num / (new_len - 1);
-      const Index rem = num % (new_len - 1);
       if (rem == 0) {
         out.row(j) = weights_.row(lo);  // on an old row: copied bit for bit
         continue;
       }
-      const double t = static_cast<double>(rem) / static_cast<double>(new_len - 1);
+      const double t = static_cast<double>(rem) / static_cast<double>(den);
       out.row(j) = ((1.0 - t) * weights_.row(lo).template cast<double>() +
                     t * weights_.row(lo + 1).template cast<double>())
                        .template cast<Scalar>();
@@ -251,6 +268,16 @@ class learned_table {
   static void check_shape(const char* where, Index max_len, Index dim) {
     detail::require(max_len >= 1, where, "max_len", max_len, "must be >= 1");
     detail::require(dim >= 1, where, "dim", dim, "must be >= 1");
+    check_size(where, "max_len", max_len, dim);
+  }
+
+  /// rows * dim <= max_elements, checked without forming the product.
+  static void check_size(const char* where, const char* rows_name, Index rows, Index dim) {
+    detail::require(dim <= max_elements, where, "dim", dim,
+                    "must be <= 2^36 (learned_table::max_elements)");
+    detail::require(rows <= max_elements / dim, where, rows_name, rows,
+                    "must be <= " + std::to_string(max_elements / dim) + " for dim = " +
+                        std::to_string(dim) + " (at most 2^36 elements)");
   }
 
   void check_width(const char* where, Index cols) const {
