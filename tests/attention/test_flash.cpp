@@ -372,6 +372,17 @@ TEST_CASE("flash rejects bad input with posenc::error", "[flash][errors]") {
   opt.q_offset = -2;
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
                        "q_offset = -2");
+  // far offsets: q_offset + Lq (Lq = 5) must stay representable
+  constexpr Index kmax = std::numeric_limits<Index>::max();
+  opt.q_offset = kmax - 4;
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
+                       "q_offset = 9223372036854775803");
+  opt.q_offset = kmax;
+  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
+                       "q_offset = 9223372036854775807");
+  opt.q_offset = kmax - 5;  // the last offset that fits: accepted, finite
+  CHECK_NOTHROW(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt));
+  CHECK(out.allFinite());
   opt = {};
   opt.scale = -1;
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
