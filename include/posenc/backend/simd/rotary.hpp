@@ -1,19 +1,29 @@
 #pragma once
 /// \file
 /// The vectorised RoPE rotation, written once on packets and instantiated per architecture
-/// by backend/{avx2,avx512,neon}/rotary.hpp. Same contract and result as the portable kernel
-/// in backend/scalar/rotary.hpp (y_a = x_a c - x_b s, y_b = x_b c + x_a s, each product
-/// rounded, then the sum: bit-identical to the scalar kernel when the compiler does not
-/// contract the scalar expression into an FMA).
+/// by backend/{avx2,avx512,neon}/rotary.hpp. Same contract as the portable kernel in
+/// backend/scalar/rotary.hpp (y_a = x_a c - x_b s, y_b = x_b c + x_a s), computed with one
+/// explicit fused multiply-add per output: the cos product is rounded, the sin product is
+/// fused into the sum,
+///
+///     y_a = fl(fl(x_a c) - x_b s)      y_b = fl(fl(x_b c) + x_a s)
+///
+/// in both pairings (the interleaved sin lanes carry the sign, and negation is exact), so
+/// the two pairings are bit-identical after the dim permutation, on every architecture and
+/// whatever the compiler's -ffp-contract: an FMA intrinsic is never re-fused or split. An
+/// unfused a*c - b*s leaves the contraction to the compiler, which may fuse a different
+/// product in each pairing's loop. Against the unfused scalar kernel the difference is the
+/// rounding of one product plus the two results' roundings: |y - y_scalar| <=
+/// u (|x_b s| + |y| + |y_scalar|), u = 2^-24 for float, 2^-53 for double.
 ///
 /// Loop order: heads outside, packet chunks inside, so each head is streamed in memory
 /// order; the token's cos/sin (for the interleaved pairing expanded once per token) stay in
 /// L1 and are reused by every head.
 ///
 ///     half         chunk i: a = x[i .. i+W), b = x[i+r/2 .. i+r/2+W), c, s = cos/sin[i .. i+W)
-///                  y_a = a c - b s,  y_b = b c + a s
+///                  y_a = fnmadd(b, s, a c),  y_b = fmadd(a, s, b c)
 ///     interleaved  chunk e: x = [a0 b0 a1 b1 ...] (W values), c = [c0 c0 c1 c1 ...],
-///                  s = [-s0 s0 -s1 s1 ...]:  y = x c + swap_pairs(x) s
+///                  s = [-s0 s0 -s1 s1 ...]:  y = fmadd(swap_pairs(x), s, x c)
 ///
 /// Tokens whose dims are not contiguous (dim stride != 1) go to the scalar kernel.
 
@@ -54,21 +64,22 @@ void rope_rotate(const backend::rope_token<T>& t) noexcept {
       for (; i + W <= pairs; i += W) {
         const P c = P::load(t.cos + i), s = sign * P::load(t.sin + i);
         const P a = P::load(x + i), b = P::load(x + i + off);
-        (a * c - b * s).store(y + i);
-        (b * c + a * s).store(y + i + off);
+        fnmadd(b, s, a * c).store(y + i);
+        fmadd(a, s, b * c).store(y + i + off);
       }
       if (i < pairs) {
         const int lanes = static_cast<int>(pairs - i);
         const P c = P::load_partial(t.cos + i, lanes);
         const P s = sign * P::load_partial(t.sin + i, lanes);
         const P a = P::load_partial(x + i, lanes), b = P::load_partial(x + i + off, lanes);
-        (a * c - b * s).store_partial(y + i, lanes);
-        (b * c + a * s).store_partial(y + i + off, lanes);
+        fnmadd(b, s, a * c).store_partial(y + i, lanes);
+        fmadd(a, s, b * c).store_partial(y + i + off, lanes);
       }
     }
   } else if (r <= rope_stack_dims) {
-    // interleaved: pair i is (2i, 2i + 1): y = x c + swap_pairs(x) s with the token's
-    // cos/sin expanded once to [c0 c0 c1 c1 ...] and [-s0 s0 -s1 s1 ...]
+    // interleaved: pair i is (2i, 2i + 1): y = fmadd(swap_pairs(x), s, x c) with the
+    // token's cos/sin expanded once to [c0 c0 c1 c1 ...] and [-s0 s0 -s1 s1 ...]: lane 2i
+    // is fl(fl(a c) - b s), lane 2i+1 fl(fl(b c) + a s), the half pairing's arithmetic
     alignas(64) T cb[rope_stack_dims];
     alignas(64) T sb[rope_stack_dims];
     for (Index i = 0; i < pairs; ++i) {
@@ -84,12 +95,12 @@ void rope_rotate(const backend::rope_token<T>& t) noexcept {
       Index e = 0;
       for (; e + W <= r; e += W) {
         const P v = P::load(x + e);
-        (v * P::load(cb + e) + swap_pairs(v) * P::load(sb + e)).store(y + e);
+        fmadd(swap_pairs(v), P::load(sb + e), v * P::load(cb + e)).store(y + e);
       }
       if (e < r) {
         const int lanes = static_cast<int>(r - e);
         const P v = P::load_partial(x + e, lanes);
-        (v * P::load_partial(cb + e, lanes) + swap_pairs(v) * P::load_partial(sb + e, lanes))
+        fmadd(swap_pairs(v), P::load_partial(sb + e, lanes), v * P::load_partial(cb + e, lanes))
             .store_partial(y + e, lanes);
       }
     }
@@ -111,7 +122,7 @@ void rope_rotate(const backend::rope_token<T>& t) noexcept {
         const T* x = t.in + h * t.in_head_stride + e;
         T* y = t.out + h * t.out_head_stride + e;
         const P v = P::load_partial(x, lanes);
-        (v * c + swap_pairs(v) * s).store_partial(y, lanes);
+        fmadd(swap_pairs(v), s, v * c).store_partial(y, lanes);
       }
     }
   }
