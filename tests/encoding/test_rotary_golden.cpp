@@ -291,6 +291,11 @@ TEST_CASE("rotary: far positions, reserve and rotary_dim limits", "[rotary][erro
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -2), "rotary_dim = -2");
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, kmax), "rotary_dim = 9223372036854775807");
   CHECK(rotary_embedding<float>(8, -1).rotary_dim() == 8);
+  POSENC_REQUIRE_ERROR(posenc::rope_dim_permutation(8, rope_pairing::half, rope_pairing::interleaved, -2),
+                       "rotary_dim = -2");
+  CHECK(posenc::rope_dim_permutation(8, rope_pairing::half, rope_pairing::interleaved, -1).size() == 8u);
+  POSENC_REQUIRE_ERROR(posenc::axial_rope_2d<float>(8, 100.0, -4), "rotary_dim = -4");
+  CHECK_NOTHROW(posenc::axial_rope_2d<float>(8, 100.0, -1));
 
   for (const auto mode : cache_modes) {
     posenc::rope_options opt;

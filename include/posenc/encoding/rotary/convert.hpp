@@ -36,7 +36,7 @@ inline std::vector<Index> rope_dim_permutation(Index head_dim, rope_pairing from
                                                Index rotary_dim = -1) {
   const char* where = "rope_dim_permutation";
   detail::require(head_dim > 0, where, "head_dim", head_dim, "must be > 0");
-  const Index r = rotary_dim < 0 ? head_dim : rotary_dim;
+  const Index r = rotary_dim == -1 ? head_dim : rotary_dim;  // only -1 means head_dim
   detail::require(r > 0 && r % 2 == 0, where, "rotary_dim", r, "must be even and > 0");
   detail::require(r <= head_dim, where, "rotary_dim", r,
                   "must be <= head_dim = " + std::to_string(head_dim));

@@ -227,7 +227,7 @@ multi_axis_rotary<Scalar, Backend> axial_rope_2d(Index head_dim, double base = 1
                                                  rope_pairing pairing = rope_pairing::half) {
   const char* where = "axial_rope_2d";
   detail::require(head_dim > 0, where, "head_dim", head_dim, "must be > 0");
-  const Index r = rotary_dim < 0 ? head_dim : rotary_dim;
+  const Index r = rotary_dim == -1 ? head_dim : rotary_dim;  // only -1 means head_dim
   detail::require(r > 0 && r % 4 == 0, where, "rotary_dim", r, "must be a positive multiple of 4");
   detail::require(r <= head_dim, where, "rotary_dim", r,
                   "must be <= head_dim = " + std::to_string(head_dim));
