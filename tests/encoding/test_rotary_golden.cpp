@@ -252,6 +252,8 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
     posenc::rope_cache<float> c(posenc::plain_rope_frequencies(8));
     POSENC_REQUIRE_ERROR(c.reserve(std::numeric_limits<Index>::max() / 2), "the table size overflows");
     POSENC_REQUIRE_ERROR(c.ensure(-1), "max_position = -1");
+    POSENC_REQUIRE_ERROR(c.ensure(std::numeric_limits<Index>::max()),
+                         "max_position = 9223372036854775807");
   }
   POSENC_REQUIRE_ERROR(posenc::rope_cache<float>(posenc::plain_rope_frequencies(8), posenc::rope_precision::exact, -3),
                        "max_len = -3");

@@ -151,6 +151,9 @@ class rope_cache {
     detail::require(max_position >= 0, "rope_cache::ensure", "max_position", max_position,
                     "must be >= 0");
     if (max_position < size_) return;
+    // max_position + 1 below must not overflow (reserve then checks the table size)
+    detail::require(max_position < std::numeric_limits<Index>::max(), "rope_cache::ensure",
+                    "max_position", max_position, "the table size overflows");
     const Index doubled = size_ > std::numeric_limits<Index>::max() / 2 ? max_position + 1
                                                                           : 2 * size_;
     reserve(std::max(max_position + 1, doubled));
