@@ -321,6 +321,49 @@ TEST_CASE("every compiled backend gives the scalar backend's result", "[flash][b
   SUCCEED("SIMD backends compared: " << ran);
 }
 
+TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinities", "[flash][backend]") {
+  // Backends with their own tile kernel (AVX-512: one query row per lane) take plain,
+  // rotary and absolute calls with causal / key_lengths masks: blocks that are not whole
+  // vectors of rows, key tiles that are not whole register tiles, tiny and wide heads.
+  int ran = 0;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    for (const sizes& z : {sizes{1, 2, 1, 9, 7, 1, 1}, sizes{2, 3, 3, 17, 263, 3, 13},
+                           sizes{1, 2, 2, 129, 517, 130, 7}, sizes{1, 1, 1, 200, 200, 64, 96}}) {
+      const problem<float> p(z, 57 + static_cast<std::uint64_t>(z.len_q));
+      for (auto [name, opt] : masks(z)) {
+        INFO(B::name() << " / " << name << ": Lq " << z.len_q << " Lk " << z.len_k << " d " << z.dim
+                       << " dv " << z.dim_v);
+        CHECK(rel_err(run_flash<B>(p, opt, posenc::no_position{}),
+                      run_reference(p, opt, posenc::no_position{})) < 2e-6);
+        CHECK(run_flash<B>(p, opt, posenc::no_position{}, 3) == run_flash<B>(p, opt, posenc::no_position{}, 1));
+      }
+    }
+    // Infinite inputs: the NaN pattern and every finite value as in the reference.
+    const sizes z{1, 1, 1, 40, 300, 16, 8};
+    problem<float> p(z, 99);
+    const float inf = std::numeric_limits<float>::infinity();
+    p.q(3, 0) = inf;                 // +inf and -inf logits in row 3
+    p.k(100, 0) = -inf;              // key 100: infinite logits for every row
+    p.q.row(7).setConstant(0.0f);    // row 7: 0 · inf = NaN at key 100 only
+    p.k.row(120).setConstant(inf);   // key 120: +inf or -inf logits for rows 30..39
+    posenc::attention_options opt;
+    opt.mask.causal = true;
+    opt.q_offset = 90;               // rows 0..9 see keys < 100 only: finite but row 3
+    const rmat<float> got = run_flash<B>(p, opt, posenc::no_position{});
+    const rmat<float> want = run_reference(p, opt, posenc::no_position{});
+    INFO(B::name() << " with infinite inputs");
+    CHECK((got.array().isNaN() == want.array().isNaN()).all());
+    const rmat<float> gf = got.array().isNaN().select(0.0f, got), wf = want.array().isNaN().select(0.0f, want);
+    CHECK(rel_err(gf, wf) < 2e-6);
+    CHECK(got.topRows(3).allFinite());
+    CHECK(got.middleRows(4, 6).allFinite());
+    CHECK(got.row(3).array().isNaN().all());
+    ++ran;
+  });
+  SUCCEED("SIMD backends compared: " << ran);
+}
+
 TEST_CASE("double storage computes in double", "[flash]") {
   const sizes z{1, 2, 2, 90, 270, 40, 24};
   const problem<double> p(z, 61);

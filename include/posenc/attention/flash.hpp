@@ -59,6 +59,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../backend/avx512/flash.hpp"
 #include "../backend/scalar/flash.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"

@@ -117,6 +117,11 @@ struct workspace {
   std::vector<double> l;    ///< running sums
   std::vector<Index> lim;   ///< visible key limit per row
   drow row;                 ///< one query row in double (query transforms)
+  // One query row per SIMD lane (backend/avx512/flash.hpp), transposed:
+  rmat<Real> qt;  ///< [d, block_q]: q of the block
+  rmat<Real> st;  ///< [block_k, block_q]: logits, then probabilities
+  rmat<Real> ot;  ///< [dv, block_q]: unnormalised outputs
+  bool lanes = false;  ///< the current block uses the transposed buffers
 
   /// Sizes the buffers for blocks of up to `bq` query rows.
   void reserve(Index d, Index dv, Index shaw_rows, Index bq = tiles<Real>::block_q) {
@@ -130,6 +135,9 @@ struct workspace {
     l.resize(static_cast<std::size_t>(bq));
     lim.resize(static_cast<std::size_t>(bq));
     row.resize(d);
+    qt.resize(d, bq);
+    st.resize(bk, bq);
+    ot.resize(dv, bq);
   }
 };
 
@@ -148,6 +156,7 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
                   backend::scalar const&) noexcept {
   const Index d = ci.shape.dim;
   Index max_lim = 0;
+  ws.lanes = false;
   for (Index r = 0; r < nb; ++r) {
     const Index i = r0 + r, pos = ci.shape.q_offset + i;
     if constexpr (Policy::transforms_queries) {
