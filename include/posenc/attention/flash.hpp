@@ -18,8 +18,9 @@
 /// double storage computes in double.
 ///
 /// Work is split into (batch, head, block of 128 query rows) units (Dao et al. 2022,
-/// "FlashAttention"), each an online softmax over tiles of keys (backend/scalar/flash.hpp);
-/// causal tiles past a block's last visible key are skipped. Calls with at most 8 query
+/// "FlashAttention"), each an online softmax over tiles of keys (backend/scalar/flash.hpp;
+/// the avx512 tag has its own tile kernel for plain, RoPE and absolute calls,
+/// backend/avx512/flash.hpp); causal tiles past a block's last visible key are skipped. Calls with at most 8 query
 /// rows (decoding) instead split the keys into fixed chunks of 1024 and merge the partial
 /// softmax results with a log-sum-exp merge (Dao et al. 2023, "Flash-Decoding"):
 ///
