@@ -8,9 +8,14 @@
 #include <posenc/backend/neon/rotary.hpp>
 #include <posenc/encoding/rotary/rotary.hpp>
 
+#include <posenc/backend/simd/lowp.hpp>
+
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <type_traits>
 #include <vector>
 
 #include "backends.hpp"
@@ -173,5 +178,315 @@ TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend",
           CHECK(max_diff(c, d) <= tol);
           CHECK(max_diff(a, c) > 0.1);
         }
+  });
+}
+
+// ---- 16-bit storage (Eigen::half, Eigen::bfloat16) ------------------------------------------
+
+namespace {
+
+template <class T>
+std::uint16_t bits16(T v) {
+  std::uint16_t u;
+  std::memcpy(&u, &v, 2);
+  return u;
+}
+template <class T>
+T from_bits16(std::uint16_t u) {
+  T v;
+  std::memcpy(static_cast<void*>(&v), &u, 2);
+  return v;
+}
+std::uint32_t bits32(float v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+float from_bits32(std::uint32_t u) {
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+// Spacing of T at |v| (v finite): the distance from |v| to the next T away from zero.
+template <class T>
+double ulp16(T v) {
+  const std::uint16_t a = static_cast<std::uint16_t>(bits16(v) & 0x7fff);
+  return static_cast<double>(
+             static_cast<float>(from_bits16<T>(static_cast<std::uint16_t>(a + 1)))) -
+         static_cast<double>(static_cast<float>(from_bits16<T>(a)));
+}
+
+// storage_io<T, Arch> against Eigen's scalar conversions: every 16-bit pattern widened, a
+// set of float patterns (specials, ties, subnormals, overflow, random bits) narrowed, bit
+// for bit; partial loads and stores of every length touch only their lanes.
+template <class T, class Arch>
+void check_storage_io() {
+  using IO = posenc::simd::storage_io<T, Arch>;
+  using P = typename IO::packet_type;
+  constexpr int W = P::size;
+  INFO(Arch::name() << (std::is_same_v<T, Eigen::half> ? " half" : " bfloat16"));
+  // widening: all 65536 patterns, W at a time
+  bool widen_ok = true;
+  for (std::uint32_t base = 0; base < 65536; base += W) {
+    T in[W];
+    float out[W];
+    for (int k = 0; k < W; ++k)
+      in[k] = from_bits16<T>(static_cast<std::uint16_t>(base + static_cast<std::uint32_t>(k)));
+    IO::load(in).store(out);
+    for (int k = 0; k < W; ++k) {
+      const float want = static_cast<float>(in[k]);
+      widen_ok =
+          widen_ok && (bits32(out[k]) == bits32(want) || (std::isnan(want) && std::isnan(out[k])));
+    }
+  }
+  CHECK(widen_ok);
+  // narrowing
+  std::vector<float> f = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.996f,
+                          65520.0f,
+                          -65520.0f,
+                          1e6f,
+                          3.4e38f,
+                          -3.4e38f,
+                          std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::signaling_NaN(),
+                          from_bits32(0x7f800001u),
+                          from_bits32(0xffc12345u),
+                          std::numeric_limits<float>::denorm_min(),
+                          -std::numeric_limits<float>::denorm_min(),
+                          1e-39f,
+                          6e-8f,
+                          2.98e-8f,
+                          2.99e-8f,
+                          5.96e-8f,
+                          6.1e-5f,
+                          6.09e-5f,
+                          from_bits32(0x3f808000u),
+                          from_bits32(0x3f818000u),
+                          from_bits32(0x3f808001u),  // bf16 ties
+                          1.0f + std::ldexp(1.0f, -11),
+                          1.0f + 3 * std::ldexp(1.0f, -11),  // half ties
+                          from_bits32(0x7f7f8000u),
+                          from_bits32(0x7f7fffffu)};  // bf16: max rounds to inf
+  std::mt19937 gen(5);
+  for (int i = 0; i < 20000; ++i) f.push_back(from_bits32(static_cast<std::uint32_t>(gen())));
+  for (int i = 0; i < 20000; ++i)
+    f.push_back(std::ldexp(static_cast<float>(gen() % 8192) / 8192.0f + 0.5f,
+                           static_cast<int>(gen() % 60) - 40));
+  while (f.size() % W != 0) f.push_back(0.5f);
+  int narrow_bad = 0;
+  for (std::size_t base = 0; base < f.size(); base += W) {
+    T out[W];
+    IO::store(out, P::load(f.data() + base));
+    for (int k = 0; k < W; ++k) {
+      const T want = static_cast<T>(f[base + static_cast<std::size_t>(k)]);
+      if (bits16(out[k]) != bits16(want)) {
+        if (narrow_bad++ < 5)
+          FAIL_CHECK("narrowing " << f[base + static_cast<std::size_t>(k)] << " (bits " << std::hex
+                                  << bits32(f[base + static_cast<std::size_t>(k)]) << "): got "
+                                  << bits16(out[k]) << ", Eigen " << bits16(want) << std::dec);
+      }
+    }
+  }
+  CHECK(narrow_bad == 0);
+  // partial loads and stores: lanes [0, n) only, zeros beyond, guards untouched
+  for (int n = 0; n <= W; ++n) {
+    T src[W + 2], dst[W + 2];
+    for (int k = 0; k < W + 2; ++k) {
+      src[k] = T(static_cast<float>(k + 1));
+      dst[k] = T(-7.0f);
+    }
+    float lanes[W];
+    IO::load_partial(src + 1, n).store(lanes);
+    bool ok = true;
+    for (int k = 0; k < W; ++k) ok = ok && lanes[k] == (k < n ? static_cast<float>(k + 2) : 0.0f);
+    IO::store_partial(dst + 1, IO::load(src + 1), n);
+    for (int k = 0; k < W + 2; ++k)
+      ok = ok &&
+           static_cast<float>(dst[k]) == (k >= 1 && k <= n ? static_cast<float>(k + 1) : -7.0f);
+    INFO("partial n = " << n);
+    CHECK(ok);
+  }
+}
+
+// One token of 16-bit storage T, float cos/sin: backend B bit for bit against the fused
+// float model rounded once to T; the scalar kernel's T(unfused float) within its float bound
+// plus one spacing of T at the result.
+template <class T, class B>
+void compare_token_lowp(const rope_case& rc, Index hs, Index ds, bool in_place, bool inverse) {
+  const Index pairs = rc.rotary_dim / 2;
+  const std::size_t n = static_cast<std::size_t>(rc.heads * hs * ds + 5);
+  auto to_t = [](const std::vector<float>& v) {
+    std::vector<T> out(v.size());
+    for (std::size_t k = 0; k < v.size(); ++k) out[k] = T(v[k]);
+    return out;
+  };
+  auto to_f = [](const std::vector<T>& v) {
+    std::vector<float> out(v.size());
+    for (std::size_t k = 0; k < v.size(); ++k) out[k] = static_cast<float>(v[k]);
+    return out;
+  };
+  const std::vector<T> x0 = to_t(posenc_test::random_values<float>(n, 21));
+  const std::vector<float> cs =
+      posenc_test::random_values<float>(static_cast<std::size_t>(2 * pairs), 22);
+  const std::vector<T> y0 = to_t(posenc_test::random_values<float>(n, 23));
+  std::vector<T> xa = x0, xb = x0, ya = y0, yb = y0;
+  std::vector<float> xf = to_f(x0), yf = to_f(y0);
+
+  auto token = [&](auto& x, auto& y) {
+    using S = typename std::remove_reference_t<decltype(x)>::value_type;
+    be::rope_token<S, float> t;
+    t.in = x.data();
+    t.in_head_stride = hs * ds;
+    t.in_dim_stride = ds;
+    t.out = in_place ? x.data() : y.data();
+    t.out_head_stride = hs * ds;
+    t.out_dim_stride = ds;
+    t.heads = rc.heads;
+    t.head_dim = rc.head_dim;
+    t.rotary_dim = rc.rotary_dim;
+    t.pair_step = rc.interleaved ? 2 : 1;
+    t.pair_offset = rc.interleaved ? 1 : pairs;
+    t.cos = cs.data();
+    t.sin = cs.data() + pairs;
+    t.inverse = inverse;
+    return t;
+  };
+  be::rope_rotate(B{}, token(xa, ya));
+  be::rope_rotate(be::scalar{}, token(xb, yb));
+  INFO(B::name() << (std::is_same_v<T, Eigen::half> ? " half" : " bfloat16")
+                 << (rc.interleaved ? " interleaved" : " half pairing") << " D " << rc.head_dim
+                 << " r " << rc.rotary_dim << " H " << rc.heads << " head stride " << hs
+                 << " dim stride " << ds << (in_place ? " in place" : " out of place")
+                 << (inverse ? " inverse" : ""));
+  const std::vector<T>& got = in_place ? xa : ya;
+  const std::vector<T>& scal = in_place ? xb : yb;
+  if (ds == 1) {
+    // the packet kernel: its fused float arithmetic, rounded once to T
+    fused_rope(token(xf, yf));
+    const std::vector<T> want = to_t(in_place ? xf : yf);
+    CHECK(std::memcmp(got.data(), want.data(), n * sizeof(T)) == 0);
+  } else {
+    CHECK(std::memcmp(got.data(), scal.data(), n * sizeof(T)) == 0);
+  }
+  // against the scalar kernel: the float bound (3 eps, values in [-1, 1)) plus one spacing of
+  // T at the larger of the two results
+  const double feps = static_cast<double>(std::numeric_limits<float>::epsilon());
+  bool within = true;
+  for (std::size_t k = 0; k < n; ++k) {
+    const double a = static_cast<double>(static_cast<float>(got[k]));
+    const double b = static_cast<double>(static_cast<float>(scal[k]));
+    const double spacing = std::max(ulp16(got[k]), ulp16(scal[k]));
+    within = within && std::abs(a - b) <= 3 * feps + spacing;
+  }
+  CHECK(within);
+  // the untouched parts kept their bits: in place the tail and the gaps, out of place the gaps
+  bool kept = true;
+  for (std::size_t k = 0; k < n; ++k) {
+    const Index h = static_cast<Index>(k) / (hs * ds), rem = static_cast<Index>(k) % (hs * ds);
+    const bool rotated =
+        h < rc.heads && rem % ds == 0 && rem / ds < (in_place ? rc.rotary_dim : rc.head_dim);
+    if (!rotated) kept = kept && bits16(got[k]) == bits16((in_place ? x0 : y0)[k]);
+  }
+  CHECK(kept);
+  CHECK(std::memcmp(got.data(), (in_place ? x0 : y0).data(), n * sizeof(T)) != 0);
+}
+
+}  // namespace
+
+TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit",
+          "[backend][simd][lowp]") {
+  int tested = 0;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    if constexpr (posenc::simd::has_storage_io_v<Eigen::bfloat16, B>) {
+      check_storage_io<Eigen::bfloat16, B>();
+      ++tested;
+    }
+    if constexpr (posenc::simd::has_storage_io_v<Eigen::half, B>) {
+      check_storage_io<Eigen::half, B>();
+      ++tested;
+    }
+  });
+  // avx512 runs the avx2 kernel (no 16-bit io of its own); x86-64-v3 has F16C
+  CHECK(tested == 2 * (POSENC_ARCH_AVX2 + POSENC_ARCH_NEON));
+}
+
+TEST_CASE("SIMD RoPE rotation, 16-bit storage: fused float model rounded once, scalar within bound",
+          "[backend][simd][rotary][lowp]") {
+  const rope_case cases[] = {{128, 128, 4, false}, {128, 128, 3, true}, {128, 32, 2, false},
+                             {128, 32, 2, true},   {72, 72, 3, false},  {72, 72, 3, true},
+                             {10, 6, 3, false},    {10, 6, 3, true},    {34, 34, 1, false},
+                             {34, 34, 1, true},    {2, 2, 5, true},     {1030, 1030, 2, true}};
+  int tested = 0;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    for (const auto& rc : cases)
+      for (bool in_place : {true, false})
+        for (bool inverse : {false, true}) {
+          compare_token_lowp<Eigen::half, B>(rc, rc.head_dim, 1, in_place, inverse);
+          compare_token_lowp<Eigen::bfloat16, B>(rc, rc.head_dim, 1, in_place, inverse);
+          compare_token_lowp<Eigen::bfloat16, B>(rc, rc.head_dim + 3, 1, in_place, inverse);
+          compare_token_lowp<Eigen::half, B>(rc, rc.head_dim, 2, in_place, inverse);
+        }
+    ++tested;
+  });
+  CHECK(tested == POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON);
+}
+
+TEST_CASE(
+    "rotary_embedding with 16-bit storage: SIMD backend within the bound of the scalar backend",
+    "[backend][simd][rotary][lowp]") {
+  // the entry point dispatches 16-bit tokens to the packet kernel on every SIMD backend:
+  // equal to T(float SIMD result), and within 3 eps + one spacing of T of the scalar backend
+  const Index Bn = 2, L = 5, H = 3, D = 80;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    auto run = [&](auto type_tag) {
+      using T = decltype(type_tag);
+      for (auto pairing : {posenc::rope_pairing::half, posenc::rope_pairing::interleaved})
+        for (Index r : {Index{80}, Index{40}}) {
+          posenc::rotary_embedding<T, B> fast(D, r, 10000.0, pairing);
+          posenc::rotary_embedding<T, be::scalar> ref(D, r, 10000.0, pairing);
+          posenc::rotary_embedding<float, B> fast32(D, r, 10000.0, pairing);
+          const std::vector<float> v =
+              posenc_test::random_values<float>(static_cast<std::size_t>(Bn * L * H * D), 3);
+          std::vector<T> a(v.size()), b(v.size());
+          for (std::size_t k = 0; k < v.size(); ++k) a[k] = b[k] = T(v[k]);
+          std::vector<float> c(v.size());
+          for (std::size_t k = 0; k < v.size(); ++k) c[k] = static_cast<float>(a[k]);
+          fast.apply(posenc::view_bshd(a.data(), Bn, L, H, D), Index{1000});
+          ref.apply(posenc::view_bshd(b.data(), Bn, L, H, D), Index{1000});
+          fast32.apply(posenc::view_bshd(c.data(), Bn, L, H, D), Index{1000});
+          INFO(B::name() << (std::is_same_v<T, Eigen::half> ? " half" : " bfloat16") << " "
+                         << posenc::to_string(pairing) << " r " << r);
+          bool exact = true, within = true;
+          int differ = 0;
+          for (std::size_t k = 0; k < v.size(); ++k) {
+            exact = exact && bits16(a[k]) == bits16(T(c[k]));
+            const double d = std::abs(static_cast<double>(static_cast<float>(a[k])) -
+                                      static_cast<double>(static_cast<float>(b[k])));
+            within = within && d <= 3 * static_cast<double>(std::numeric_limits<float>::epsilon()) +
+                                        std::max(ulp16(a[k]), ulp16(b[k]));
+            differ += bits16(a[k]) != bits16(b[k]);
+          }
+          CHECK(exact);
+          CHECK(within);
+          INFO("elements differing from the scalar backend: " << differ << " of " << v.size());
+          CHECK(differ * 20 <
+                static_cast<int>(v.size()));  // rare: only near a rounding boundary of T
+        }
+    };
+    run(Eigen::half{});
+    run(Eigen::bfloat16{});
   });
 }

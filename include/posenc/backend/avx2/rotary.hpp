@@ -1,8 +1,10 @@
 #pragma once
 /// \file
-/// The AVX2 + FMA RoPE rotation: rope_rotate() overloaded on `backend::avx2 const&`. float and double
-/// tokens with contiguous dims run the packet kernel (backend/simd/rotary.hpp); anything
-/// else falls back to the portable kernel. Declared only when POSENC_ARCH_AVX2 is 1.
+/// The AVX2 + FMA RoPE rotation: rope_rotate() overloaded on `backend::avx2 const&`. float,
+/// double, Eigen::bfloat16 and (with F16C, part of x86-64-v3) Eigen::half tokens with
+/// contiguous dims run the packet kernel (backend/simd/rotary.hpp; 16-bit storage widened
+/// to float packets, backend/simd/lowp.hpp); anything else falls back to the portable
+/// kernel. Declared only when POSENC_ARCH_AVX2 is 1.
 ///
 /// The avx512 tag has no RoPE kernel of its own and inherits this one: on the AMD EPYC
 /// (Zen 4 class) this was tuned on, 256-bit packets stream the memory-bound rotation
@@ -21,9 +23,9 @@ namespace posenc {
 namespace backend {
 
 /// Rotates all heads of one token with AVX2 + FMA packets. Never throws.
-template <class T>
-inline void rope_rotate(avx2 const&, const rope_token<T>& t) noexcept {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+template <class T, class C>
+inline void rope_rotate(avx2 const&, const rope_token<T, C>& t) noexcept {
+  if constexpr (simd::has_storage_io_v<T, avx2> && std::is_same_v<C, rope_real_t<T>>)
     simd::rope_rotate<avx2>(t);
   else
     rope_rotate(scalar{}, t);

@@ -16,6 +16,14 @@
 ///
 /// The dims past the rotary dim r (partial rotary) are copied unchanged when the output is
 /// a different buffer, and not touched at all in place.
+///
+/// Storage and arithmetic types: a token stores T and carries cos/sin of type C, its
+/// arithmetic type (rope_real_t<T>: float and double compute in themselves, Eigen::half and
+/// Eigen::bfloat16 in float). Each element is widened to C, rotated with exactly the
+/// arithmetic of a C token, and rounded once to T (Eigen's round-to-nearest-even), so a
+/// half/bfloat16 result is T(the float kernel applied to float(x)) bit for bit.
+
+#include <Eigen/Core>
 
 #include <type_traits>
 
@@ -26,12 +34,26 @@
 namespace posenc {
 namespace backend {
 
+/// The arithmetic type of RoPE storage type T: double for double, float for float,
+/// Eigen::half and Eigen::bfloat16 (16-bit storage, float maths).
+template <class T>
+using rope_real_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
+
+/// True for the storage types the RoPE kernels accept: float, double, Eigen::half,
+/// Eigen::bfloat16.
+template <class T>
+inline constexpr bool is_rope_storage_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::half> ||
+    std::is_same_v<T, Eigen::bfloat16>;
+
 /// The heads of one token and the rotation to apply to them; the arguments of
 /// rope_rotate(). Built by the validating entry points in encoding/rotary/rotary.hpp, so a
 /// kernel may assume: 0 < rotary_dim <= head_dim, rotary_dim even, pair_step/pair_offset
 /// one of the two pairings above, `cos`/`sin` hold rotary_dim/2 values, and `out` either is
 /// exactly `in` (same pointer and strides: in place) or does not overlap it.
-template <class T>
+/// T: the storage type of `in`/`out`; C: the type of `cos`/`sin` and of the arithmetic
+/// (rope_real_t<T> for the entry points; C = T for float and double).
+template <class T, class C = T>
 struct rope_token {
   const T* in = nullptr;     ///< first element of head 0
   Index in_head_stride = 0;  ///< elements between heads
@@ -44,8 +66,8 @@ struct rope_token {
   Index rotary_dim = 0;  ///< r <= D, even
   Index pair_step = 1;   ///< 1 (half) or 2 (interleaved)
   Index pair_offset = 0; ///< r/2 (half) or 1 (interleaved)
-  const T* cos = nullptr;  ///< r/2 values for this token (attention factor, xPos folded in)
-  const T* sin = nullptr;  ///< r/2 values
+  const C* cos = nullptr;  ///< r/2 values for this token (attention factor, xPos folded in)
+  const C* sin = nullptr;  ///< r/2 values
   bool inverse = false;    ///< rotate by -angle (sin negated)
 };
 
@@ -53,31 +75,32 @@ namespace detail {
 
 /// Rotates the pairs of one head vector; `InStride`/`OutStride` are the dim strides (a
 /// compile-time 1 in the contiguous case, so compilers can vectorise the half layout).
-template <class T, class InStride, class OutStride>
+/// Elements are read as C and the results rounded once to T (no-ops when T is C).
+template <class T, class C, class InStride, class OutStride>
 POSENC_INLINE void rope_rotate_head(const T* x, T* y, InStride is, OutStride os, Index pairs,
-                                    Index step, Index offset, const T* cos, const T* sin,
-                                    T sign) noexcept {
+                                    Index step, Index offset, const C* cos, const C* sin,
+                                    C sign) noexcept {
   for (Index i = 0; i < pairs; ++i) {
     const Index a = i * step;
     const Index b = a + offset;
-    const T c = cos[i];
-    const T s = sign * sin[i];  // sign is +1 or -1: exact
-    const T xa = x[a * is];
-    const T xb = x[b * is];
-    y[a * os] = xa * c - xb * s;
-    y[b * os] = xb * c + xa * s;
+    const C c = cos[i];
+    const C s = sign * sin[i];  // sign is +1 or -1: exact
+    const C xa = static_cast<C>(x[a * is]);
+    const C xb = static_cast<C>(x[b * is]);
+    y[a * os] = static_cast<T>(xa * c - xb * s);
+    y[b * os] = static_cast<T>(xb * c + xa * s);
   }
 }
 
 }  // namespace detail
 
 /// Rotates all heads of one token (portable reference kernel). Never throws.
-template <class T>
-inline void rope_rotate(scalar const&, const rope_token<T>& t) noexcept {
+template <class T, class C>
+inline void rope_rotate(scalar const&, const rope_token<T, C>& t) noexcept {
   const Index pairs = t.rotary_dim / 2;
   const bool copy_tail = static_cast<const T*>(t.out) != t.in;
   const bool contiguous = t.in_dim_stride == 1 && t.out_dim_stride == 1;
-  const T sign = t.inverse ? T(-1) : T(1);
+  const C sign = t.inverse ? C(-1) : C(1);
   // heads: the token's cos/sin are reused by every head
   for (Index h = 0; h < t.heads; ++h) {
     const T* x = t.in + h * t.in_head_stride;

@@ -100,8 +100,15 @@ class rope_positions {
 };
 
 /// Rotary position embedding of queries and keys: configuration, cos/sin values and the
-/// apply entry points. Scalar: float or double; Backend: the kernel's tag (the scalar
-/// kernel serves any tag without its own).
+/// apply entry points. Scalar: the storage type, float, double, Eigen::half or
+/// Eigen::bfloat16; Backend: the kernel's tag (the scalar kernel serves any tag without its
+/// own).
+///
+/// Storage and arithmetic: float and double compute in themselves; Eigen::half and
+/// Eigen::bfloat16 store the activations in 16 bits and compute in float (real_type): the
+/// cos/sin cache is float, each element is widened to float, rotated exactly as a
+/// rotary_embedding<float, Backend> rotates float(x), and rounded once to Scalar (round to
+/// nearest even, as Eigen's conversions). The partial-rotary tail is copied bit for bit.
 ///
 /// Entry points validate everything (shapes, head dim, positions) and throw posenc::error
 /// naming the parameter; the kernel they call never throws. An output is either the input
@@ -111,12 +118,16 @@ class rope_positions {
 /// or on_the_fly mode, or reserve() up front and then only positions below it.
 template <class Scalar, class Backend = default_backend>
 class rotary_embedding {
-  static_assert(std::is_floating_point<Scalar>::value,
-                "posenc::rotary_embedding: Scalar must be a floating-point type");
+  static_assert(backend::is_rope_storage_v<Scalar>,
+                "posenc::rotary_embedding: Scalar must be float, double, Eigen::half or "
+                "Eigen::bfloat16");
 
  public:
   /// Row-major [rows, cols] matrix of Scalar.
   using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  /// The arithmetic type, and the type of the cos/sin values: Scalar for float and double,
+  /// float for Eigen::half and Eigen::bfloat16.
+  using real_type = backend::rope_real_t<Scalar>;
 
   /// Unscaled RoPE: head dim D, rotary dim r (-1 = D; otherwise even, > 0 and <= D),
   /// inv_freq_i = base^(-2i/r).
@@ -142,7 +153,7 @@ class rotary_embedding {
     detail::require(options.cache_limit >= 0, "rotary_embedding", "cache_limit",
                     options.cache_limit, "must be >= 0");
     // max_len is capped by cache_limit like every other growth of the cache
-    cache_ = rope_cache<Scalar>(
+    cache_ = rope_cache<real_type>(
         std::move(freqs), options.precision,
         options.cache == rope_cache_mode::cached ? std::min(options.max_len, options.cache_limit)
                                                  : 0);
@@ -158,8 +169,9 @@ class rotary_embedding {
   rope_pairing pairing() const noexcept { return pairing_; }
   const rope_options& options() const noexcept { return options_; }
   const rope_frequencies& frequencies() const noexcept { return cache_.frequencies(); }
-  /// The cos/sin cache (empty in on_the_fly mode).
-  const rope_cache<Scalar>& cache() const noexcept { return cache_; }
+  /// The cos/sin cache (empty in on_the_fly mode); of real_type values (float for 16-bit
+  /// storage).
+  const rope_cache<real_type>& cache() const noexcept { return cache_; }
 
   /// Precomputes cos/sin for positions [0, min(max_len, cache_limit)) (cached mode; no-op
   /// on the fly): rows past cache_limit are never stored (they are computed on the fly,
@@ -399,9 +411,9 @@ class rotary_embedding {
     const bool xpos = f.has_xpos();
     bool any_key = false;
     for (int j = 0; j < count; ++j) any_key = any_key || jobs[j].role == rope_role::key;
-    std::vector<Scalar> scratch(static_cast<std::size_t>(4 * pairs));
+    std::vector<real_type> scratch(static_cast<std::size_t>(4 * pairs));
 
-    backend::rope_token<Scalar> t;
+    backend::rope_token<Scalar, real_type> t;
     t.head_dim = head_dim_;
     t.rotary_dim = 2 * pairs;
     t.pair_step = pairing_ == rope_pairing::half ? 1 : 2;
@@ -415,21 +427,22 @@ class rotary_embedding {
         const Index n = !positions.has_ids() ? positions.offset() + l
                         : shared_ids         ? positions.ids()[l]
                                              : positions.ids()[b * seq + l];
-        const Scalar *cq, *sq, *ck, *sk;
+        const real_type *cq, *sq, *ck, *sk;
         if (cached && n < cache_.size()) {
           cq = cache_.cos(n, rope_role::query);
           sq = cache_.sin(n, rope_role::query);
           ck = cache_.cos(n, rope_role::key);
           sk = cache_.sin(n, rope_role::key);
         } else {
-          Scalar* s = scratch.data();
+          real_type* s = scratch.data();
           detail::rope_row(f, options_.precision, n, rope_role::query, s, s + pairs);
           cq = s;
           sq = s + pairs;
           ck = cq;
           sk = sq;
           if (xpos && any_key) {
-            detail::rope_row(f, options_.precision, n, rope_role::key, s + 2 * pairs, s + 3 * pairs);
+            detail::rope_row(f, options_.precision, n, rope_role::key, s + 2 * pairs,
+                             s + 3 * pairs);
             ck = s + 2 * pairs;
             sk = s + 3 * pairs;
           }
@@ -455,7 +468,7 @@ class rotary_embedding {
   Index head_dim_;
   rope_pairing pairing_;
   rope_options options_;
-  rope_cache<Scalar> cache_;
+  rope_cache<real_type> cache_;
 };
 
 }  // namespace posenc

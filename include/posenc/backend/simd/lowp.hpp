@@ -1,0 +1,285 @@
+#pragma once
+/// \file
+/// 16-bit storage for packet kernels: loads of Eigen::half / Eigen::bfloat16 memory widened
+/// to float packets, and float packets rounded back to 16 bits, through one interface that
+/// also serves float and double (as plain packet loads and stores).
+///
+///     storage_io<T, Arch>::available      true when T has packet loads/stores on Arch
+///     storage_io<T, Arch>::packet_type    packet<rope_real_t<T>, Arch>: float for half/bf16
+///     load(p)  load_partial(p, n)         P::size values of T (lanes [0, n), the rest 0)
+///     store(p, v)  store_partial(p, v, n) rounded to T; store_partial writes only n values
+///
+/// Defined for 16-bit types:
+///
+///     Eigen::half     avx2 (needs F16C: vcvtph2ps / vcvtps2ph), neon (fcvtl / fcvtn)
+///     Eigen::bfloat16 avx2, neon (integer shifts and rounding)
+///
+/// The conversions equal Eigen's own scalar ones bit for bit, so a kernel that widens,
+/// computes in float and narrows gives what `T(float expression)` gives:
+///
+///     half -> float, bf16 -> float     exact (bf16: the 16 bits shifted left by 16)
+///     float -> half                    round to nearest even; overflow (>= 65520) to inf,
+///                                      subnormals kept; NaN as Eigen's conversion in this
+///                                      build: its software path (g++ on x86: Eigen 3.4
+///                                      enables F16C only under clang; AArch64 without
+///                                      +fp16) gives sign | 0x7e00, its hardware path
+///                                      keeps the quieted payload; the packet code follows
+///                                      whichever Eigen uses
+///     float -> bf16                    round to nearest even on the bits
+///                                      (bits + 0x7fff + lsb) >> 16, so overflow rounds to
+///                                      inf and subnormals are kept; NaN -> sign | 0x7fc0
+///                                      (Eigen's quiet NaN)
+///
+/// Partial loads and stores never touch memory past the n values asked for (AVX-512 BW/VL
+/// masked 16-bit moves when the flags allow, else a small stack buffer).
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "../scalar/rotary.hpp"
+#include "avx2.hpp"
+#include "neon.hpp"
+#include "packet.hpp"
+
+namespace posenc {
+namespace simd {
+
+/// Converting loads and stores of storage type T as packets on Arch (see the file
+/// comment). The primary template: not available.
+template <class T, class Arch, class = void>
+struct storage_io {
+  static constexpr bool available = false;
+};
+
+/// float and double: the packet's own loads and stores.
+template <class T, class Arch>
+struct storage_io<T, Arch,
+                  std::enable_if_t<(std::is_same_v<T, float> ||
+                                    std::is_same_v<T, double>)&&has_packet_v<T, Arch>>> {
+  static constexpr bool available = true;
+  using packet_type = packet<T, Arch>;
+  static packet_type load(const T* p) noexcept { return packet_type::load(p); }
+  static packet_type load_partial(const T* p, int n) noexcept {
+    return packet_type::load_partial(p, n);
+  }
+  static void store(T* p, packet_type v) noexcept { v.store(p); }
+  static void store_partial(T* p, packet_type v, int n) noexcept { v.store_partial(p, n); }
+};
+
+/// True when storage_io<T, Arch> has loads and stores.
+template <class T, class Arch>
+inline constexpr bool has_storage_io_v = storage_io<T, Arch>::available;
+
+#if POSENC_ARCH_AVX2
+
+namespace detail {
+
+/// Lanes [0, n) (n <= 8) of 16-bit values from p, the rest 0; reads only n values.
+inline __m128i load_u16_partial(const void* p, int n) noexcept {
+#if POSENC_ARCH_AVX512
+  return _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1u), p);
+#else
+  alignas(16) std::uint16_t buf[8] = {};
+  std::memcpy(buf, p, static_cast<std::size_t>(n) * 2);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+#endif
+}
+
+/// Writes lanes [0, n) (n <= 8) of 16-bit values to p; touches nothing past them.
+inline void store_u16_partial(void* p, __m128i v, int n) noexcept {
+#if POSENC_ARCH_AVX512
+  _mm_mask_storeu_epi16(p, static_cast<__mmask8>((1u << n) - 1u), v);
+#else
+  alignas(16) std::uint16_t buf[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(buf), v);
+  std::memcpy(p, buf, static_cast<std::size_t>(n) * 2);
+#endif
+}
+
+/// bfloat16 bits (8 x 16) -> float lanes: exact.
+inline __m256 bf16_to_f32(__m128i h) noexcept {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+#if defined(__F16C__)
+/// half bits (8 x 16) -> float lanes: exact.
+inline __m256 f16_to_f32(__m128i h) noexcept { return _mm256_cvtph_ps(h); }
+
+/// float lanes -> half bits, as Eigen::half(float): vcvtps2ph rounds to nearest even and
+/// overflows to inf; NaN lanes become sign | 0x7e00 where Eigen converts in software (its
+/// F16C path, EIGEN_HAS_FP16_C, keeps the quieted payload as vcvtps2ph does).
+inline __m128i f32_to_f16(__m256 v) noexcept {
+  const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#if defined(EIGEN_HAS_FP16_C)
+  return h;
+#else
+  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  // 32-bit all-ones / zero masks saturate to 16-bit ones / zeros
+  const __m128i nan16 =
+      _mm_packs_epi32(_mm256_castsi256_si128(is_nan), _mm256_extracti128_si256(is_nan, 1));
+  const __m128i qnan = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000))),
+                                    _mm_set1_epi16(0x7e00));
+  return _mm_blendv_epi8(h, qnan, nan16);
+#endif
+}
+#endif  // __F16C__
+
+/// float lanes -> bfloat16 bits, as Eigen::bfloat16(float): round to nearest even on the
+/// bits, NaN -> sign | 0x7fc0.
+inline __m128i f32_to_bf16(__m256 v) noexcept {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i hi = _mm256_srli_epi32(bits, 16);
+  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i qnan =
+      _mm256_or_si256(_mm256_and_si256(hi, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x7fc0));
+  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  const __m256i r = _mm256_blendv_epi8(rounded, qnan, is_nan);
+  // every lane is <= 0xffff, so the unsigned saturating pack only narrows
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+}  // namespace detail
+
+#if defined(__F16C__)
+/// Eigen::half on AVX2: F16C conversions (exact widening, round-to-nearest-even narrowing,
+/// as Eigen's own conversion under F16C).
+template <>
+struct storage_io<Eigen::half, backend::avx2, void> {
+  static constexpr bool available = true;
+  using packet_type = packet<float, backend::avx2>;
+  static packet_type load(const Eigen::half* p) noexcept {
+    return {detail::f16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+  }
+  static packet_type load_partial(const Eigen::half* p, int n) noexcept {
+    return {detail::f16_to_f32(detail::load_u16_partial(p, n))};
+  }
+  static void store(Eigen::half* p, packet_type v) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), detail::f32_to_f16(v.v));
+  }
+  static void store_partial(Eigen::half* p, packet_type v, int n) noexcept {
+    detail::store_u16_partial(p, detail::f32_to_f16(v.v), n);
+  }
+};
+#endif  // __F16C__
+
+/// Eigen::bfloat16 on AVX2: integer widening and rounding.
+template <>
+struct storage_io<Eigen::bfloat16, backend::avx2, void> {
+  static constexpr bool available = true;
+  using packet_type = packet<float, backend::avx2>;
+  static packet_type load(const Eigen::bfloat16* p) noexcept {
+    return {detail::bf16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+  }
+  static packet_type load_partial(const Eigen::bfloat16* p, int n) noexcept {
+    return {detail::bf16_to_f32(detail::load_u16_partial(p, n))};
+  }
+  static void store(Eigen::bfloat16* p, packet_type v) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), detail::f32_to_bf16(v.v));
+  }
+  static void store_partial(Eigen::bfloat16* p, packet_type v, int n) noexcept {
+    detail::store_u16_partial(p, detail::f32_to_bf16(v.v), n);
+  }
+};
+
+#endif  // POSENC_ARCH_AVX2
+
+#if POSENC_ARCH_NEON
+
+namespace detail {
+
+/// Lanes [0, n) (n <= 4) of 16-bit values from p, the rest 0; reads only n values.
+inline uint16x4_t load_u16_partial(const void* p, int n) noexcept {
+  std::uint16_t buf[4] = {0, 0, 0, 0};
+  std::memcpy(buf, p, static_cast<std::size_t>(n) * 2);
+  return vld1_u16(buf);
+}
+
+/// Writes lanes [0, n) (n <= 4) of 16-bit values to p; touches nothing past them.
+inline void store_u16_partial(void* p, uint16x4_t v, int n) noexcept {
+  std::uint16_t buf[4];
+  vst1_u16(buf, v);
+  std::memcpy(p, buf, static_cast<std::size_t>(n) * 2);
+}
+
+/// half bits -> float lanes: exact.
+inline float32x4_t f16_to_f32(uint16x4_t h) noexcept {
+  return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+/// float lanes -> half bits, as Eigen::half(float): round to nearest even (the FPCR
+/// default), overflow to inf; NaN -> sign | 0x7e00 unless Eigen itself converts with the
+/// hardware (+fp16), which keeps the quieted payload as fcvtn does.
+inline uint16x4_t f32_to_f16(float32x4_t v) noexcept {
+  const uint16x4_t h = vreinterpret_u16_f16(vcvt_f16_f32(v));
+#if defined(EIGEN_HAS_ARM64_FP16_SCALAR_ARITHMETIC)
+  return h;
+#else
+  const uint16x4_t is_num = vmovn_u32(vceqq_f32(v, v));
+  const uint16x4_t qnan = vorr_u16(vand_u16(h, vdup_n_u16(0x8000)), vdup_n_u16(0x7e00));
+  return vbsl_u16(is_num, h, qnan);
+#endif
+}
+
+/// bfloat16 bits -> float lanes: exact.
+inline float32x4_t bf16_to_f32(uint16x4_t h) noexcept {
+  return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
+/// float lanes -> bfloat16 bits, as Eigen::bfloat16(float) (see the file comment).
+inline uint16x4_t f32_to_bf16(float32x4_t v) noexcept {
+  const uint32x4_t bits = vreinterpretq_u32_f32(v);
+  const uint32x4_t hi = vshrq_n_u32(bits, 16);
+  const uint32x4_t lsb = vandq_u32(hi, vdupq_n_u32(1));
+  const uint32x4_t rounded = vshrq_n_u32(vaddq_u32(vaddq_u32(bits, vdupq_n_u32(0x7fff)), lsb), 16);
+  const uint32x4_t qnan = vorrq_u32(vandq_u32(hi, vdupq_n_u32(0x8000)), vdupq_n_u32(0x7fc0));
+  return vmovn_u32(vbslq_u32(vceqq_f32(v, v), rounded, qnan));
+}
+
+}  // namespace detail
+
+/// Eigen::half on NEON: fcvtl / fcvtn.
+template <>
+struct storage_io<Eigen::half, backend::neon, void> {
+  static constexpr bool available = true;
+  using packet_type = packet<float, backend::neon>;
+  static packet_type load(const Eigen::half* p) noexcept {
+    return {detail::f16_to_f32(vld1_u16(reinterpret_cast<const std::uint16_t*>(p)))};
+  }
+  static packet_type load_partial(const Eigen::half* p, int n) noexcept {
+    return {detail::f16_to_f32(detail::load_u16_partial(p, n))};
+  }
+  static void store(Eigen::half* p, packet_type v) noexcept {
+    vst1_u16(reinterpret_cast<std::uint16_t*>(p), detail::f32_to_f16(v.v));
+  }
+  static void store_partial(Eigen::half* p, packet_type v, int n) noexcept {
+    detail::store_u16_partial(p, detail::f32_to_f16(v.v), n);
+  }
+};
+
+/// Eigen::bfloat16 on NEON: integer widening and rounding.
+template <>
+struct storage_io<Eigen::bfloat16, backend::neon, void> {
+  static constexpr bool available = true;
+  using packet_type = packet<float, backend::neon>;
+  static packet_type load(const Eigen::bfloat16* p) noexcept {
+    return {detail::bf16_to_f32(vld1_u16(reinterpret_cast<const std::uint16_t*>(p)))};
+  }
+  static packet_type load_partial(const Eigen::bfloat16* p, int n) noexcept {
+    return {detail::bf16_to_f32(detail::load_u16_partial(p, n))};
+  }
+  static void store(Eigen::bfloat16* p, packet_type v) noexcept {
+    vst1_u16(reinterpret_cast<std::uint16_t*>(p), detail::f32_to_bf16(v.v));
+  }
+  static void store_partial(Eigen::bfloat16* p, packet_type v, int n) noexcept {
+    detail::store_u16_partial(p, detail::f32_to_bf16(v.v), n);
+  }
+};
+
+#endif  // POSENC_ARCH_NEON
+
+}  // namespace simd
+}  // namespace posenc
