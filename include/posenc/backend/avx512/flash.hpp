@@ -19,12 +19,13 @@
 /// 4 vectors of rows (64 queries) by 6 keys (Q·Kᵀ) or 6 value columns (P·V): 24 of the 32
 /// zmm registers hold accumulators.
 ///
-/// Used for float working precision (float, half and bfloat16 storage), policies without a
+/// Used for float working precision (float, half and bfloat16 storage); policies without a
 /// bias, score or value term (none, rotary, absolute: their transforms are applied when the
-/// block is loaded), masks made of `causal` and `key_lengths` only, and blocks of more than
-/// `tiles::decode_rows` queries. Anything else (ALiBi, T5, Shaw, boolean or additive masks,
-/// double, decode) takes the portable kernel; begin_block records which in `ws.lanes`, so
-/// accumulate and finish_block follow the same path.
+/// block is loaded) and ALiBi (bias generated per lane); masks made of `causal` and
+/// `key_lengths` only; blocks of more than `tiles::decode_rows` queries. Anything else (T5,
+/// Shaw, other bias policies, boolean or additive masks, double, decode) takes the portable
+/// kernel; begin_block records which in `ws.lanes`, so accumulate and finish_block follow
+/// the same path.
 ///
 /// Numerics: the products sum over d in order with one FMA per term; exp is a degree-7
 /// polynomial after reduction by ln 2 (about 2 ulp, masked keys exactly 0). Results are
@@ -61,9 +62,22 @@ alignas(64) inline constexpr float ones[row_vectors * lanes] = {
 /// Which calls this kernel takes (see the file comment).
 template <class Policy, class Real>
 constexpr bool supports() {
-  return std::is_same_v<Real, float> && !Policy::has_bias && !Policy::has_score_term &&
-         !Policy::has_value_term && !is_shaw<Policy>::value;
+  return std::is_same_v<Real, float> &&
+         (!Policy::has_bias || std::is_same_v<Policy, alibi_policy>) &&
+         !Policy::has_score_term && !Policy::has_value_term && !is_shaw<Policy>::value;
 }
+
+/// ALiBi inside the tile, per lane: bias = -m · |ref - j|, j counted from the tile's first
+/// key. ref is the row's position (symmetric form, while the row sees its own position)
+/// or its last visible key (causal form, or a symmetric row past every visible key),
+/// minus the tile's first key: the portable kernel's row shift, and the same float
+/// values, since integer distances below 2^24 are exact. (In the last two cases ref - j
+/// >= 0 at every visible key, so one |.| serves all three.)
+struct lane_bias {
+  bool on = false;
+  float m = 0.0f;
+  const std::int32_t* ref = nullptr;  ///< per lane
+};
 
 /// exp(x) for x <= 0 or NaN (the softmax's arguments): x = n ln2 + r, |r| <= ln2 / 2,
 /// exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9), 2^n by scalef. Arguments
@@ -177,9 +191,18 @@ inline void pv(int r, int c, const float* pt, Index ldp, const float* v, Index l
 /// probabilities): updates m (float lanes) and l (double lanes) and writes α. `vis[lane]`
 /// is how many of the tile's first nk keys the row sees (a prefix: causal and key_lengths).
 inline void softmax_lanes(float* st, Index lds, Index nk, const std::int32_t* vis, float* m,
-                          double* l, float* alpha) noexcept {
+                          double* l, float* alpha, const lane_bias& bias) noexcept {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const __m512i visible = _mm512_loadu_si512(vis);
+  if (bias.on) {  // add the bias once, in place: both passes below read it
+    const __m512i ref = _mm512_loadu_si512(bias.ref);
+    const __m512 slope = _mm512_set1_ps(bias.m);
+    for (Index j = 0; j < nk; ++j) {
+      const __m512i dist = _mm512_maskz_abs_epi32(all, _mm512_sub_epi32(ref, _mm512_set1_epi32(static_cast<int>(j))));
+      float* s = st + j * lds;
+      _mm512_storeu_ps(s, _mm512_sub_ps(_mm512_loadu_ps(s), _mm512_mul_ps(slope, _mm512_maskz_cvtepi32_ps(all, dist))));
+    }
+  }
   // every lane sees every key: no per-key mask (the common case away from the diagonal)
   const bool full = _mm512_cmpge_epi32_mask(visible, _mm512_set1_epi32(static_cast<int>(nk))) == all;
   const __m512 m_old = _mm512_loadu_ps(m);
@@ -213,10 +236,10 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const std::int32_t* vi
   _mm512_storeu_ps(m, mx);
   _mm512_storeu_ps(alpha, a);
   // l = α l + Σ p, in double (two halves of 8 lanes)
-  const __m512d a_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
-  const __m512d a_hi = _mm512_cvtps_pd(_mm512_maskz_extractf32x8_ps(0xFF, a, 1));
-  const __m512d s_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(sum));
-  const __m512d s_hi = _mm512_cvtps_pd(_mm512_maskz_extractf32x8_ps(0xFF, sum, 1));
+  const __m512d a_lo = _mm512_maskz_cvtps_pd(0xFF, _mm512_maskz_extractf32x8_ps(0xFF, a, 0));
+  const __m512d a_hi = _mm512_maskz_cvtps_pd(0xFF, _mm512_maskz_extractf32x8_ps(0xFF, a, 1));
+  const __m512d s_lo = _mm512_maskz_cvtps_pd(0xFF, _mm512_maskz_extractf32x8_ps(0xFF, sum, 0));
+  const __m512d s_hi = _mm512_maskz_cvtps_pd(0xFF, _mm512_maskz_extractf32x8_ps(0xFF, sum, 1));
   _mm512_storeu_pd(l, _mm512_fmadd_pd(_mm512_loadu_pd(l), a_lo, s_lo));
   _mm512_storeu_pd(l + 8, _mm512_fmadd_pd(_mm512_loadu_pd(l + 8), a_hi, s_hi));
 }
@@ -236,7 +259,9 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
   ws.lanes = false;
   if constexpr (avx512_lanes::supports<Policy, Real>()) {
     const attention_mask& mask = *ci.mask;
-    if (nb > tiles<Real>::decode_rows && mask.allowed.size() == 0 && mask.additive.size() == 0) {
+    const bool exact_distances = !std::is_same_v<Policy, alibi_policy> || ci.shape.len_k < (Index(1) << 24);
+    if (nb > tiles<Real>::decode_rows && mask.allowed.size() == 0 && mask.additive.size() == 0 &&
+        exact_distances) {
       ws.lanes = true;
       const Index d = ci.shape.dim, dv = ci.shape.dim_v, w = avx512_lanes::padded_rows(nb);
       // a plain loop: Eigen's AVX-512 transpose kernels trip GCC 12's
@@ -271,12 +296,29 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
       const Index vectors = w / al::lanes;
       const Index ldq = ws.qt.cols(), lds = ws.st.cols(), ldo = ws.ot.cols();
       alignas(64) std::int32_t vis[tiles<Real>::block_q];
+      alignas(64) std::int32_t ref[tiles<Real>::block_q];
       alignas(64) float alpha[tiles<Real>::block_q];
+      al::lane_bias bias;
+      if constexpr (std::is_same_v<Policy, alibi_policy>) {
+        bias.on = true;
+        bias.m = static_cast<float>(hc.head.m);
+        bias.ref = ref;
+      }
       for (Index j0 = kbeg; j0 < kend; j0 += bk) {
         const Index nk = std::min(bk, kend - j0);
         for (Index r = 0; r < w; ++r)
           vis[r] = static_cast<std::int32_t>(
               std::clamp<Index>(ws.lim[static_cast<std::size_t>(r)] - j0, 0, nk));
+        if constexpr (std::is_same_v<Policy, alibi_policy>) {
+          // |ref| <= len_k < 2^24 where a row sees a key (begin_block checked len_k)
+          for (Index r = 0; r < w; ++r) {
+            // padding rows (lim = 0) never form their position: it may not be representable
+            const Index lim = ws.lim[static_cast<std::size_t>(r)], last = lim - 1;
+            const bool sym = hc.head.symmetric && lim > 0 && ci.shape.q_offset + r0 + r <= last;
+            ref[r] = lim == 0 ? 0
+                              : static_cast<std::int32_t>((sym ? ci.shape.q_offset + r0 + r : last) - j0);
+          }
+        }
         for (Index rv = 0; rv < vectors; rv += al::row_vectors) {
           const int nr = static_cast<int>(std::min<Index>(al::row_vectors, vectors - rv));
           // ext[v]: keys [0, ext[v]) of the tile are seen by some row of vector v. Segment
@@ -301,7 +343,9 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
           for (int v = 0; v < nr; ++v) {
             float* st = ws.st.data() + (rv + v) * al::lanes;
             const Index o = (rv + v) * al::lanes;
-            al::softmax_lanes(st, lds, ext[v], vis + o, ws.m.data() + o, ws.l.data() + o, alpha + o);
+            if (bias.on) bias.ref = ref + o;
+            al::softmax_lanes(st, lds, ext[v], vis + o, ws.m.data() + o, ws.l.data() + o, alpha + o,
+                              bias);
             // keys the vector does not see but its segment's P·V reads: probability 0
             for (Index j = ext[v]; j < ext_all; ++j) std::fill(st + j * lds, st + j * lds + al::lanes, 0.0f);
           }
