@@ -4,7 +4,8 @@
 //     vs a plain scalar loop of std::sin/std::cos in double, and vs posenc's scalar backend
 //   RoPE in place on Q [4096, 32, 128] float (64 MiB), cached cos/sin, one and two threads
 //     vs a plain in-place read-modify-write pass over the same buffer (the memory roofline)
-//   RoPE in place on Q [512, 32, 128] (8 MiB, cache-resident): default vs scalar backend
+//   RoPE in place on Q [512, 32, 128] (8 MiB: the L3 cache here) and [32, 32, 128] (512 KiB:
+//     L2): default vs scalar backend, next to the read-modify-write pass on the same buffer
 //
 // Build with the flags you benchmark with (e.g. the `native` CMake preset); the label of
 // each posenc benchmark is the backend that ran.
@@ -73,7 +74,8 @@ constexpr Index kHeads = 32, kHeadDim = 128;
 std::vector<float>& q_buffer(Index len) {
   static std::vector<float> big(static_cast<std::size_t>(4096 * kHeads * kHeadDim), 0.5f);
   static std::vector<float> small(static_cast<std::size_t>(512 * kHeads * kHeadDim), 0.5f);
-  return len == 4096 ? big : small;
+  static std::vector<float> tiny(static_cast<std::size_t>(32 * kHeads * kHeadDim), 0.5f);
+  return len == 4096 ? big : len == 512 ? small : tiny;
 }
 
 // RoPE in place on Q [len, 32, 128]; with several benchmark threads each rotates its own
@@ -126,9 +128,10 @@ BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::half)
 BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::interleaved)
     ->Arg(4096)->Threads(1)->Threads(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::half)->Arg(512)->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::half)->Arg(512)->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::interleaved)->Arg(512)->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::interleaved)->Arg(512)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_rmw_inplace)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::half)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::half)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::interleaved)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::interleaved)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
