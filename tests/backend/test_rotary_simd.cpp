@@ -5,6 +5,7 @@
 // within the documented bound of the scalar kernel, which rounds both products (this
 // target is built with -ffp-contract=off, so nothing here is fused but the std::fma calls).
 #include <posenc/backend/avx2/rotary.hpp>
+#include <posenc/backend/avx512/rotary.hpp>
 #include <posenc/backend/neon/rotary.hpp>
 #include <posenc/encoding/rotary/rotary.hpp>
 
@@ -417,8 +418,8 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
       ++tested;
     }
   });
-  // avx512 runs the avx2 kernel (no 16-bit io of its own); x86-64-v3 has F16C
-  CHECK(tested == 2 * (POSENC_ARCH_AVX2 + POSENC_ARCH_NEON));
+  // both types on every SIMD backend (x86-64-v3 and v4 have F16C)
+  CHECK(tested == 2 * (POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON));
 }
 
 TEST_CASE("SIMD RoPE rotation, 16-bit storage: fused float model rounded once, scalar within bound",

@@ -6,11 +6,13 @@
 /// to float packets, backend/simd/lowp.hpp); anything else falls back to the portable
 /// kernel. Declared only when POSENC_ARCH_AVX2 is 1.
 ///
-/// The avx512 tag has no RoPE kernel of its own and inherits this one: on the AMD EPYC
-/// (Zen 4 class) this was tuned on, 256-bit packets stream the memory-bound rotation
-/// faster than 512-bit ones (Q [4096, 32, 128] in place: ~1.0x vs ~0.75x of a plain
-/// read-modify-write pass; the 512-bit version also suffers more from buffers that are not
-/// 64-byte aligned), and the code still gets AVX-512 encodings under -march=x86-64-v4.
+/// The avx512 tag runs this kernel for float and double (backend/avx512/rotary.hpp passes
+/// them here): on the AMD EPYC (Zen 4 class) this was tuned on, 256-bit packets stream the
+/// memory-bound rotation faster than 512-bit ones (Q [4096, 32, 128] in place: ~1.0x vs
+/// ~0.75x of a plain read-modify-write pass; the 512-bit version also suffers more from
+/// buffers that are not 64-byte aligned), and the code still gets AVX-512 encodings under
+/// -march=x86-64-v4. Its own 16-lane kernel serves only 16-bit storage, where the
+/// conversions, not memory, bound the 8-lane version.
 
 #include <type_traits>
 

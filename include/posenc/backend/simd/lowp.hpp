@@ -40,6 +40,7 @@
 
 #include "../scalar/rotary.hpp"
 #include "avx2.hpp"
+#include "avx512.hpp"
 #include "neon.hpp"
 #include "packet.hpp"
 
@@ -134,10 +135,13 @@ inline __m128i f32_to_bf16(__m256 v) noexcept {
   const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
   const __m256i rounded = _mm256_srli_epi32(
       _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  const __m256i qnan =
-      _mm256_or_si256(_mm256_and_si256(hi, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x7fc0));
-  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  const __m256i r = _mm256_blendv_epi8(rounded, qnan, is_nan);
+  const __m256 unordered = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  __m256i r = rounded;
+  if (_mm256_movemask_ps(unordered) != 0) {  // NaN lanes (rare): Eigen's sign | 0x7fc0
+    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(hi, _mm256_set1_epi32(0x8000)),
+                                         _mm256_set1_epi32(0x7fc0));
+    r = _mm256_blendv_epi8(rounded, qnan, _mm256_castps_si256(unordered));
+  }
   // every lane is <= 0xffff, so the unsigned saturating pack only narrows
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
@@ -186,6 +190,103 @@ struct storage_io<Eigen::bfloat16, backend::avx2, void> {
 };
 
 #endif  // POSENC_ARCH_AVX2
+
+#if POSENC_ARCH_AVX512
+// AVX-512 (F/VL/BW): 16 lanes; the all-ones zero-masking forms throughout (see avx512.hpp:
+// GCC 12's unmasked ones trip -Wmaybe-uninitialized once inlined).
+
+namespace detail {
+
+/// Lanes [0, n) (n <= 16) of 16-bit values from p, the rest 0; reads only n values.
+inline __m256i load_u16_partial16(const void* p, int n) noexcept {
+  return _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1u), p);
+}
+
+/// Writes lanes [0, n) (n <= 16) of 16-bit values to p; touches nothing past them.
+inline void store_u16_partial16(void* p, __m256i v, int n) noexcept {
+  _mm256_mask_storeu_epi16(p, static_cast<__mmask16>((1u << n) - 1u), v);
+}
+
+/// bfloat16 bits (16 x 16) -> float lanes: exact.
+inline __m512 bf16_to_f32(__m256i h) noexcept {
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+}
+
+/// float lanes -> bfloat16 bits, as the AVX2 version: round to nearest even on the bits,
+/// NaN -> sign | 0x7fc0, then a truncating narrow (every lane is <= 0xffff).
+inline __m256i f32_to_bf16(__m512 v) noexcept {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_maskz_srli_epi32(0xFFFF, bits, 16);
+  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  __m512i r = _mm512_maskz_srli_epi32(
+      0xFFFF, _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  if (nan != 0)
+    r = _mm512_mask_mov_epi32(
+        r, nan,
+        _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0)));
+  return _mm512_maskz_cvtepi32_epi16(0xFFFF, r);
+}
+
+/// half bits (16 x 16) -> float lanes: exact.
+inline __m512 f16_to_f32(__m256i h) noexcept { return _mm512_maskz_cvtph_ps(0xFFFF, h); }
+
+/// float lanes -> half bits, as the AVX2 version (NaN as Eigen's conversion in this build).
+inline __m256i f32_to_f16(__m512 v) noexcept {
+  const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#if defined(EIGEN_HAS_FP16_C)
+  return h;
+#else
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  if (nan == 0) return h;
+  return _mm256_mask_mov_epi16(
+      h, nan,
+      _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))),
+                      _mm256_set1_epi16(0x7e00)));
+#endif
+}
+
+}  // namespace detail
+
+/// Eigen::half on AVX-512: vcvtph2ps / vcvtps2ph on 16 lanes.
+template <>
+struct storage_io<Eigen::half, backend::avx512, void> {
+  static constexpr bool available = true;
+  using packet_type = packet<float, backend::avx512>;
+  static packet_type load(const Eigen::half* p) noexcept {
+    return {detail::f16_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  }
+  static packet_type load_partial(const Eigen::half* p, int n) noexcept {
+    return {detail::f16_to_f32(detail::load_u16_partial16(p, n))};
+  }
+  static void store(Eigen::half* p, packet_type v) noexcept {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), detail::f32_to_f16(v.v));
+  }
+  static void store_partial(Eigen::half* p, packet_type v, int n) noexcept {
+    detail::store_u16_partial16(p, detail::f32_to_f16(v.v), n);
+  }
+};
+
+/// Eigen::bfloat16 on AVX-512: integer widening and rounding on 16 lanes.
+template <>
+struct storage_io<Eigen::bfloat16, backend::avx512, void> {
+  static constexpr bool available = true;
+  using packet_type = packet<float, backend::avx512>;
+  static packet_type load(const Eigen::bfloat16* p) noexcept {
+    return {detail::bf16_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  }
+  static packet_type load_partial(const Eigen::bfloat16* p, int n) noexcept {
+    return {detail::bf16_to_f32(detail::load_u16_partial16(p, n))};
+  }
+  static void store(Eigen::bfloat16* p, packet_type v) noexcept {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), detail::f32_to_bf16(v.v));
+  }
+  static void store_partial(Eigen::bfloat16* p, packet_type v, int n) noexcept {
+    detail::store_u16_partial16(p, detail::f32_to_bf16(v.v), n);
+  }
+};
+
+#endif  // POSENC_ARCH_AVX512
 
 #if POSENC_ARCH_NEON
 

@@ -43,6 +43,7 @@
 #include "../../backend/scalar/rotary.hpp"
 // SIMD kernels (each empty unless the compiler flags enable its instruction set)
 #include "../../backend/avx2/rotary.hpp"
+#include "../../backend/avx512/rotary.hpp"
 #include "../../backend/neon/rotary.hpp"
 #include "../../core/backend.hpp"
 #include "../../core/error.hpp"
