@@ -2,11 +2,23 @@
 // cached vs on-the-fly cos/sin, half vs interleaved pairing, next to a plain copy of the same
 // buffers in the same run (the memory roofline). Bytes/s count every byte read and written:
 // 2 x (|Q| + |K|) for both the rotation and the copy.
+//
+// 16-bit storage: RoPE in place on Q [4096, 32, 128] of Eigen::half and Eigen::bfloat16
+// (32 MiB; float maths), default and scalar backends, next to a plain in-place
+// read-modify-write pass over the same 32 MiB (a 16-bit integer add, the memory roofline).
+//
+//   bench_rope --benchmark_filter='lowp|rmw16' --benchmark_repetitions=3
+//              --benchmark_report_aggregates_only=true --benchmark_min_time=0.2
 
 #include <benchmark/benchmark.h>
 
+#include <Eigen/Core>
+
+#include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include <posenc/encoding/rotary.hpp>
@@ -63,6 +75,51 @@ void rope_qk(benchmark::State& state, posenc::rope_pairing pairing, posenc::rope
                  (mode == posenc::rope_cache_mode::cached ? "cached" : "on the fly"));
 }
 
+// ---- 16-bit storage -------------------------------------------------------------------
+
+/// Q [L, H, D] of 16-bit values: the float Q's values in [-1, 1) rounded to T.
+template <class T>
+std::vector<T>& q16() {
+  static std::vector<T> q;
+  if (q.empty()) {
+    const auto& f = buffer(0);
+    q.resize(N);
+    for (std::size_t i = 0; i < N; ++i) q[i] = T(f[i]);
+  }
+  return q;
+}
+
+/// The roofline: one read and one write of every 16-bit element of the same 32 MiB.
+void rmw16_inplace(benchmark::State& state) {
+  auto& q = q16<Eigen::bfloat16>();
+  Eigen::Map<Eigen::Array<std::uint16_t, Eigen::Dynamic, 1>> v(
+      reinterpret_cast<std::uint16_t*>(q.data()), static_cast<posenc::Index>(N));
+  for (auto _ : state) {
+    v += std::uint16_t(1);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(2 * N * 2));
+  state.SetLabel("baseline: plain read-modify-write, 16-bit");
+}
+
+template <class T, class Backend, posenc::rope_pairing pairing>
+void rope_lowp_inplace(benchmark::State& state) {
+  posenc::rotary_embedding<T, Backend> rope(D, -1, 10000.0, pairing);
+  rope.reserve(L);
+  auto& q = q16<T>();
+  const auto view = posenc::strided_view<T, 3>::contiguous(q.data(), {L, H, D});
+  for (auto _ : state) {
+    rope.apply(view, 0);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(2 * N * sizeof(T)));
+  state.SetLabel(std::string(Backend::name()) +
+                 (std::is_same_v<T, Eigen::half> ? ", fp16, " : ", bf16, ") +
+                 posenc::to_string(pairing));
+}
+
 }  // namespace
 
 BENCHMARK(copy_qk)->Unit(benchmark::kMillisecond);
@@ -74,6 +131,26 @@ BENCHMARK_CAPTURE(rope_qk, interleaved_cached, posenc::rope_pairing::interleaved
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, interleaved_on_the_fly, posenc::rope_pairing::interleaved,
                   posenc::rope_cache_mode::on_the_fly)
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(rmw16_inplace)->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(rope_lowp_inplace, Eigen::bfloat16, posenc::default_backend,
+                   posenc::rope_pairing::half)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(rope_lowp_inplace, Eigen::bfloat16, posenc::default_backend,
+                   posenc::rope_pairing::interleaved)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(rope_lowp_inplace, Eigen::half, posenc::default_backend,
+                   posenc::rope_pairing::half)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(rope_lowp_inplace, Eigen::half, posenc::default_backend,
+                   posenc::rope_pairing::interleaved)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(rope_lowp_inplace, Eigen::bfloat16, posenc::backend::scalar,
+                   posenc::rope_pairing::half)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(rope_lowp_inplace, Eigen::half, posenc::backend::scalar,
+                   posenc::rope_pairing::half)
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
