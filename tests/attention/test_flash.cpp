@@ -336,8 +336,11 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
       for (auto [name, opt] : masks(z)) {
         INFO(B::name() << " / " << name << ": Lq " << z.len_q << " Lk " << z.len_k << " d " << z.dim
                        << " dv " << z.dim_v);
-        CHECK(rel_err(run_flash<B>(p, opt, posenc::no_position{}),
-                      run_reference(p, opt, posenc::no_position{})) < 2e-6);
+        const rmat<float> got = run_flash<B>(p, opt, posenc::no_position{});
+        CHECK(rel_err(got, run_reference(p, opt, posenc::no_position{})) < 2e-6);
+        // against the portable kernel: the documented tolerance, not bit identity (the
+        // AVX-512 kernel sums the products in another order and has its own exp)
+        CHECK(rel_err(got, run_flash<posenc::backend::scalar>(p, opt, posenc::no_position{})) < 2e-6);
         CHECK(run_flash<B>(p, opt, posenc::no_position{}, 3) == run_flash<B>(p, opt, posenc::no_position{}, 1));
         for (auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric}) {
           const posenc::alibi_policy alibi(z.heads, form);
