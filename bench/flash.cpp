@@ -3,6 +3,7 @@
 //   eigen_gemm/N/d            the two Eigen float products of one head, S = Q·Kᵀ [N, N] and
 //                             O = S·V [N, d]: the work any attention does, without softmax
 //   flash/N/d/causal/threads  posenc::flash_multi_head_attention, 8 heads, float32
+//   flash_alibi, flash_t5     the same with ALiBi (causal) or a T5 bias (bidirectional)
 //   read_kv/keys/d            a plain read of the K and V bytes of a decode step (8 heads)
 //   decode/keys/d/threads     one query over a `keys`-long cache, 8 heads
 //
@@ -17,6 +18,7 @@
 
 #include <posenc/attention/flash.hpp>
 #include <posenc/encoding/alibi.hpp>
+#include <posenc/encoding/t5_bias.hpp>
 
 #include <cstdint>
 #include <string>
@@ -104,6 +106,25 @@ void flash_alibi(benchmark::State& state) {
   state.SetLabel("ALiBi in the tiles, causal");
 }
 
+void flash_t5(benchmark::State& state) {
+  const Index n = state.range(0), d = state.range(1);
+  const fmat q = random_input(n, kHeads * d, 1), k = random_input(n, kHeads * d, 2),
+             v = random_input(n, kHeads * d, 3);
+  fmat out(n, kHeads * d);
+  posenc::attention_options opt;  // bidirectional, as in a T5 encoder
+  const posenc::t5_bias_policy t5(random_input(32, kHeads, 4).cast<double>(), {32, 128, true});
+  const auto qv = posenc::view_shd(q.data(), n, kHeads, d), kv = posenc::view_shd(k.data(), n, kHeads, d),
+             vv = posenc::view_shd(v.data(), n, kHeads, d);
+  const auto ov = posenc::view_shd(out.data(), n, kHeads, d);
+  for (auto _ : state) {
+    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, t5);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, useful_flops(n, d, false, kHeads), 1);
+  state.SetLabel("T5 bias in the tiles, bidirectional");
+}
+
 // K and V of a decode step: [keys, 8 heads, d] each.
 struct kv_cache {
   fmat k, v;
@@ -174,6 +195,7 @@ BENCHMARK(flash)->Apply(main_grid);
 BENCHMARK(flash)->Apply(thread_grid)->UseRealTime();
 BENCHMARK(flash)->Apply(thread_grid)->MeasureProcessCPUTime();
 BENCHMARK(flash_alibi)->Args({2048, 64})->Unit(benchmark::kMillisecond);
+BENCHMARK(flash_t5)->Args({2048, 64})->Unit(benchmark::kMillisecond);
 BENCHMARK(read_kv)->Args({16384, 128})->Unit(benchmark::kMillisecond);
 BENCHMARK(decode)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(decode)->Args({16384, 128, 1})->Args({16384, 128, 2})->Unit(benchmark::kMillisecond)->UseRealTime();

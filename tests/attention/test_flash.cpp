@@ -346,6 +346,10 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
           const posenc::alibi_policy alibi(z.heads, form);
           CHECK(rel_err(run_flash<B>(p, opt, alibi), run_reference(p, opt, alibi)) < 2e-6);
         }
+        for (bool bidirectional : {true, false}) {
+          const posenc::t5_bias_policy t5(random_matrix(16, z.heads, 79), {16, 40, bidirectional});
+          CHECK(rel_err(run_flash<B>(p, opt, t5), run_reference(p, opt, t5)) < 2e-6);
+        }
       }
     }
     // Infinite inputs: the NaN pattern and every finite value as in the reference.

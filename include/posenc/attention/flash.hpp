@@ -163,6 +163,12 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       hc.head = policy.head(b, h, s);
       hc.batch = b;
       hc.head_index = h;
+      if constexpr (std::is_same_v<Policy, t5_bias_policy>) {
+        const auto& by_rel = hc.head.bias_by_rel;
+        hc.t5_reversed.assign(by_rel.size() + 16, 0.0f);
+        std::transform(by_rel.rbegin(), by_rel.rend(), hc.t5_reversed.begin(),
+                       [](double x) { return static_cast<float>(x); });
+      }
       if constexpr (is_shaw<Policy>::value) {
         hc.shaw_ak_t = hc.head.ak.transpose().template cast<Real>();
         hc.shaw_av = hc.head.av.template cast<Real>();

@@ -21,10 +21,10 @@
 ///
 /// Used for float working precision (float, half and bfloat16 storage); policies without a
 /// bias, score or value term (none, rotary, absolute: their transforms are applied when the
-/// block is loaded) and ALiBi (bias generated per lane); masks made of `causal` and
-/// `key_lengths` only; blocks of more than `tiles::decode_rows` queries. Anything else (T5,
-/// Shaw, other bias policies, boolean or additive masks, double, decode) takes the portable
-/// kernel; begin_block records which in `ws.lanes`, so accumulate and finish_block follow
+/// block is loaded), ALiBi and T5 (bias generated per lane); masks made of `causal` and
+/// `key_lengths` only; blocks of more than `tiles::decode_rows` queries. Anything else
+/// (Shaw, other bias policies, boolean or additive masks, double, decode) takes the
+/// portable kernel; begin_block records which in `ws.lanes`, so accumulate and finish_block follow
 /// the same path.
 ///
 /// Numerics: the products sum over d in order with one FMA per term; exp is a degree-7
@@ -63,7 +63,8 @@ alignas(64) inline constexpr float ones[row_vectors * lanes] = {
 template <class Policy, class Real>
 constexpr bool supports() {
   return std::is_same_v<Real, float> &&
-         (!Policy::has_bias || std::is_same_v<Policy, alibi_policy>) &&
+         (!Policy::has_bias || std::is_same_v<Policy, alibi_policy> ||
+          std::is_same_v<Policy, t5_bias_policy>) &&
          !Policy::has_score_term && !Policy::has_value_term && !is_shaw<Policy>::value;
 }
 
@@ -73,10 +74,15 @@ constexpr bool supports() {
 /// minus the tile's first key: the portable kernel's row shift, and the same float
 /// values, since integer distances below 2^24 are exact. (In the last two cases ref - j
 /// >= 0 at every visible key, so one |.| serves all three.)
+///
+/// T5 inside the tile: the bias of lane i (position p0 + i) at key j0 + j is
+/// bias_by_rel[j0 + j - p0 - i - rel_min]: in the reversed float table (head_context::
+/// t5_reversed) the 16 lanes are 16 consecutive entries starting at t5 - j.
 struct lane_bias {
   bool on = false;
   float m = 0.0f;
-  const std::int32_t* ref = nullptr;  ///< per lane
+  const std::int32_t* ref = nullptr;  ///< ALiBi: per lane
+  const float* t5 = nullptr;          ///< T5: key 0's entries (nullptr: ALiBi)
 };
 
 /// exp(x) for x <= 0 or NaN (the softmax's arguments): x = n ln2 + r, |r| <= ln2 / 2,
@@ -194,7 +200,12 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const std::int32_t* vi
                           double* l, float* alpha, const lane_bias& bias) noexcept {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const __m512i visible = _mm512_loadu_si512(vis);
-  if (bias.on) {  // add the bias once, in place: both passes below read it
+  if (bias.on && bias.t5) {  // add the bias once, in place: both passes below read it
+    for (Index j = 0; j < nk; ++j) {
+      float* s = st + j * lds;
+      _mm512_storeu_ps(s, _mm512_add_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(bias.t5 - j)));
+    }
+  } else if (bias.on) {
     const __m512i ref = _mm512_loadu_si512(bias.ref);
     const __m512 slope = _mm512_set1_ps(bias.m);
     for (Index j = 0; j < nk; ++j) {
@@ -304,6 +315,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
         bias.m = static_cast<float>(hc.head.m);
         bias.ref = ref;
       }
+      if constexpr (std::is_same_v<Policy, t5_bias_policy>) bias.on = true;
       for (Index j0 = kbeg; j0 < kend; j0 += bk) {
         const Index nk = std::min(bk, kend - j0);
         for (Index r = 0; r < w; ++r)
@@ -343,7 +355,14 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
           for (int v = 0; v < nr; ++v) {
             float* st = ws.st.data() + (rv + v) * al::lanes;
             const Index o = (rv + v) * al::lanes;
-            if (bias.on) bias.ref = ref + o;
+            if constexpr (std::is_same_v<Policy, alibi_policy>) bias.ref = ref + o;
+            if constexpr (std::is_same_v<Policy, t5_bias_policy>) {
+              // entry of lane 0 (a real row) at key j0: t = size - 1 - (j0 - p0 - rel_min)
+              const Index p0 = ci.shape.q_offset + r0 + o;
+              const Index t = static_cast<Index>(hc.head.bias_by_rel.size()) - 1 -
+                              (j0 - p0 - hc.head.rel_min);
+              bias.t5 = hc.t5_reversed.data() + t;
+            }
             al::softmax_lanes(st, lds, ext[v], vis + o, ws.m.data() + o, ws.l.data() + o, alpha + o,
                               bias);
             // keys the vector does not see but its segment's P·V reads: probability 0

@@ -98,6 +98,10 @@ struct head_context {
   kv_block<Real> k, v;
   rmat<Real> shaw_ak_t;  ///< Shaw a^K transposed [d, rows]
   rmat<Real> shaw_av;    ///< Shaw a^V [rows, dv]
+  /// T5, for the AVX-512 kernel: bias_by_rel in float, reversed (entry t is
+  /// bias_by_rel[size - 1 - t]) so that 16 consecutive query rows read 16 consecutive
+  /// entries, then 16 zeros for the padding rows of a vector.
+  std::vector<float> t5_reversed;
 };
 
 template <class Policy>
