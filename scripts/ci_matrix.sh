@@ -32,15 +32,20 @@ skip='^(reference_|consumer_)'
 json_py="$(command -v python3)"
 
 summary=()
-# CPU seconds (user + sys) used so far by this script's child processes.
-cpu_seconds() {
-  times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }'
+# CPU seconds (user + sys) used so far by this script's child processes, into $cpu.
+# `times` must run in this shell (in a $(...) subshell it would see no children).
+cpu_file="$(mktemp)"
+trap 'rm -f "$cpu_file"' EXIT
+cpu_now() {
+  times > "$cpu_file"
+  cpu=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$cpu_file")
 }
 run_config() {
   local name="$1"
   shift
-  local dir="$root/$name" start=$SECONDS cpu0
-  cpu0=$(cpu_seconds)
+  local dir="$root/$name" start=$SECONDS cpu cpu0
+  cpu_now
+  cpu0=$cpu
   echo "== ci_matrix: $name"
   cmake -S . -B "$dir" "${common[@]}" "$@"
   local built=$SECONDS
@@ -66,9 +71,10 @@ print(" ".join(sorted(names)))' "$dir")
   fi
   local tested=$SECONDS
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" -E "$skip"
+  cpu_now
   # CPU time as well as wall time: on a shared machine wall time includes waiting for a core
   summary+=("$(printf '%-6s build %5d s  tests %5d s  total %5d s wall, %6d s CPU' "$name" \
-    $((tested - built)) $((SECONDS - tested)) $((SECONDS - start)) $(($(cpu_seconds) - cpu0)))")
+    $((tested - built)) $((SECONDS - tested)) $((SECONDS - start)) $((cpu - cpu0)))")
 }
 
 for c in "${configs[@]}"; do
