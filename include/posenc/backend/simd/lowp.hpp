@@ -11,8 +11,9 @@
 ///
 /// Defined for 16-bit types:
 ///
-///     Eigen::half     avx2 (needs F16C: vcvtph2ps / vcvtps2ph), neon (fcvtl / fcvtn)
-///     Eigen::bfloat16 avx2, neon (integer shifts and rounding)
+///     Eigen::half     avx2 (needs F16C: vcvtph2ps / vcvtps2ph, 8 lanes), avx512 (16 lanes),
+///                     neon (fcvtl / fcvtn, 4 lanes)
+///     Eigen::bfloat16 avx2, avx512, neon (integer shifts and rounding)
 ///
 /// The conversions equal Eigen's own scalar ones bit for bit, so a kernel that widens,
 /// computes in float and narrows gives what `T(float expression)` gives:
@@ -34,6 +35,7 @@
 /// masked 16-bit moves when the flags allow, else a small stack buffer).
 
 #include <Eigen/Core>
+
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -56,9 +58,7 @@ struct storage_io {
 
 /// float and double: the packet's own loads and stores.
 template <class T, class Arch>
-struct storage_io<T, Arch,
-                  std::enable_if_t<(std::is_same_v<T, float> ||
-                                    std::is_same_v<T, double>)&&has_packet_v<T, Arch>>> {
+struct storage_io<T, Arch, std::enable_if_t<std::is_floating_point_v<T> && has_packet_v<T, Arch>>> {
   static constexpr bool available = true;
   using packet_type = packet<T, Arch>;
   static packet_type load(const T* p) noexcept { return packet_type::load(p); }
@@ -209,7 +209,8 @@ inline void store_u16_partial16(void* p, __m256i v, int n) noexcept {
 
 /// bfloat16 bits (16 x 16) -> float lanes: exact.
 inline __m512 bf16_to_f32(__m256i h) noexcept {
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+  return _mm512_castsi512_ps(
+      _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
 }
 
 /// float lanes -> bfloat16 bits, as the AVX2 version: round to nearest even on the bits,
@@ -222,9 +223,9 @@ inline __m256i f32_to_bf16(__m512 v) noexcept {
       0xFFFF, _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   if (nan != 0)
-    r = _mm512_mask_mov_epi32(
-        r, nan,
-        _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0)));
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)),
+                                              _mm512_set1_epi32(0x7fc0)));
   return _mm512_maskz_cvtepi32_epi16(0xFFFF, r);
 }
 
