@@ -352,6 +352,14 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
         }
       }
     }
+    // A long row: 32768 keys (128 tiles) keep the 2e-6 bound, which needs each tile's
+    // P·V summed on its own before it joins the running output.
+    {
+      const sizes z{1, 1, 1, 9, 32768, 128, 128};
+      const problem<float> p(z, 13);
+      INFO(B::name() << " over 32768 keys");
+      CHECK(rel_err(run_flash<B>(p, {}, posenc::no_position{}), run_reference(p, {}, posenc::no_position{})) < 2e-6);
+    }
     // Infinite inputs: the NaN pattern and every finite value as in the reference.
     const sizes z{1, 1, 1, 40, 300, 16, 8};
     problem<float> p(z, 99);

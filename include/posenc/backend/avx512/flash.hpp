@@ -128,15 +128,15 @@ inline void qk_tile(const float* qt, Index ldq, const float* k, Index ldk, Index
 }
 
 /// Ot[c, rows] = α[rows] Ot[c, rows] + Σ_j V[j, c] Pt[j, rows] for C value dims, R vectors
-/// of rows, nk keys.
+/// of rows, nk keys. The tile's sum starts from 0 and is added to the rescaled Ot once:
+/// over a long sequence each rounding is then relative to one tile's sum, not to the
+/// whole running output (summing into Ot key by key loses about sqrt(tiles) more).
 template <int R, int C>
 inline void pv_tile(const float* pt, Index ldp, const float* v, Index ldv, Index nk,
                     const float* alpha, float* ot, Index ldo) noexcept {
   __m512 acc[C][R];
-  for (int r = 0; r < R; ++r) {
-    const __m512 a = _mm512_loadu_ps(alpha + r * lanes);
-    for (int c = 0; c < C; ++c) acc[c][r] = _mm512_mul_ps(a, _mm512_loadu_ps(ot + c * ldo + r * lanes));
-  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
   for (Index j = 0; j < nk; ++j) {
     __m512 p[R];
     for (int r = 0; r < R; ++r) p[r] = _mm512_loadu_ps(pt + j * ldp + r * lanes);
@@ -145,8 +145,13 @@ inline void pv_tile(const float* pt, Index ldp, const float* v, Index ldv, Index
       for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(vb, p[r], acc[c][r]);
     }
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) _mm512_storeu_ps(ot + c * ldo + r * lanes, acc[c][r]);
+  for (int r = 0; r < R; ++r) {
+    const __m512 a = _mm512_loadu_ps(alpha + r * lanes);
+    for (int c = 0; c < C; ++c) {
+      float* o = ot + c * ldo + r * lanes;
+      _mm512_storeu_ps(o, _mm512_fmadd_ps(a, _mm512_loadu_ps(o), acc[c][r]));
+    }
+  }
 }
 
 /// The register tile for the remaining rows (1..4 vectors) and keys / dims (1..6).
