@@ -20,6 +20,9 @@
 ///     batched       [B, L, H, D]   heads_view<T>: view_bshd(...), or view_bhsd(...) for a
 ///                                  [B, H, L, D] buffer
 ///
+/// Storage: float, double, Eigen::half or Eigen::bfloat16; the 16-bit types compute in float
+/// (real_type) and round each result once (see rotary_embedding).
+///
 /// Positions: a start offset P (token l of every sequence is at P + l: prefill, KV-cache
 /// decoding, a shard of a long sequence), or per-token position ids (L of them shared by
 /// the batch, or B*L, batch-major: packed sequences, arbitrary positions).
