@@ -56,6 +56,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -85,7 +86,9 @@ namespace detail {
 namespace flash {
 
 /// Runs f(unit, worker) for unit in [0, units) on up to `threads` threads (the caller is
-/// worker 0). Units are taken in increasing order from a shared counter.
+/// worker 0). Units are taken in increasing order from a shared counter. If the system
+/// refuses a thread, the ones already started and the caller share the units: the same
+/// work and the same result, on fewer threads (never std::terminate on a joinable thread).
 template <class F>
 void parallel_for(Index units, Index threads, F&& f) {
   const Index workers = std::max<Index>(1, std::min(threads, units));
@@ -99,7 +102,13 @@ void parallel_for(Index units, Index threads, F&& f) {
   }
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(workers - 1));
-  for (Index w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  for (Index w = 1; w < workers; ++w) {
+    try {
+      pool.emplace_back(work, w);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
   work(0);
   for (auto& t : pool) t.join();
 }
