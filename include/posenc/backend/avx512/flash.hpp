@@ -415,9 +415,7 @@ void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
   using T = std::remove_cv_t<TO>;
   const Index dv = out.extent(1);
   for (Index r = 0; r < nb; ++r) {
-    const double l = ws.l[static_cast<std::size_t>(r)];
-    const Real inv = l > 0 ? static_cast<Real>(1.0 / l)
-                           : (std::isnan(l) ? std::numeric_limits<Real>::quiet_NaN() : Real(0));
+    const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
     for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(ws.ot(c, r) * inv);
   }
 }

@@ -288,6 +288,14 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
   }
 }
 
+/// The factor that normalises a row with running sum l: 1/l for l > 0; 0 for l = 0 (the
+/// row saw no key: zeros); NaN for a NaN sum (a NaN or +inf logit: a NaN row).
+template <class Real>
+inline Real inverse_sum(double l) noexcept {
+  return l > 0 ? static_cast<Real>(1.0 / l)
+               : (std::isnan(l) ? std::numeric_limits<Real>::quiet_NaN() : Real(0));
+}
+
 /// Normalises the block's accumulators and writes rows [r0, r0 + nb) of `out`
 /// (zeros for a row that saw no key).
 template <class Policy, class Real, class TO>
@@ -298,10 +306,7 @@ void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
   const Index dv = out.extent(1);
   if constexpr (is_shaw<Policy>::value) ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
   for (Index r = 0; r < nb; ++r) {
-    const double l = ws.l[static_cast<std::size_t>(r)];
-    // l > 0: normalise; l = 0: the row saw no key (zeros); NaN: a NaN/+inf logit (NaN row).
-    const Real inv = l > 0 ? static_cast<Real>(1.0 / l)
-                           : (std::isnan(l) ? std::numeric_limits<Real>::quiet_NaN() : Real(0));
+    const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
     for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(ws.o(r, c) * inv);
   }
 }
