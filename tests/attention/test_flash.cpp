@@ -360,6 +360,24 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
       INFO(B::name() << " over 32768 keys");
       CHECK(rel_err(run_flash<B>(p, {}, posenc::no_position{}), run_reference(p, {}, posenc::no_position{})) < 2e-6);
     }
+    // Query positions next to INT64_MAX: the per-lane ALiBi and T5 offsets stay in range.
+    {
+      const sizes z{1, 2, 1, 20, 40, 8, 8};
+      const problem<float> p(z, 17);
+      posenc::attention_options far;
+      far.mask.causal = true;
+      far.q_offset = std::numeric_limits<Index>::max() - 20;
+      INFO(B::name() << " at q_offset = INT64_MAX - 20");
+      const posenc::t5_bias_policy t5(random_matrix(16, 2, 80), {16, 40, true});
+      CHECK(rel_err(run_flash<B>(p, far, t5), run_reference(p, far, t5)) < 2e-6);
+      CHECK(rel_err(run_flash<B>(p, far, posenc::no_position{}),
+                    run_reference(p, far, posenc::no_position{})) < 2e-6);
+      // ALiBi at 2^30: there the reference's double logit q.k - m |pos - j| keeps q.k to 1e-8
+      // (near INT64_MAX the bias swamps it, while the kernels shift each row by a constant)
+      far.q_offset = Index(1) << 30;
+      const posenc::alibi_policy alibi(2, posenc::alibi_form::symmetric);
+      CHECK(rel_err(run_flash<B>(p, far, alibi), run_reference(p, far, alibi)) < 2e-6);
+    }
     // Infinite inputs: the NaN pattern and every finite value as in the reference.
     const sizes z{1, 1, 1, 40, 300, 16, 8};
     problem<float> p(z, 99);
