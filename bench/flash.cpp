@@ -20,25 +20,17 @@
 #include <posenc/encoding/alibi.hpp>
 #include <posenc/encoding/t5_bias.hpp>
 
-#include <cstdint>
 #include <string>
+
+#include "bench_util.hpp"
 
 namespace {
 
 using posenc::Index;
-using fmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using posenc_bench::fmat;
+using posenc_bench::random_input;
 
 constexpr Index kHeads = 8;
-
-fmat random_input(Index rows, Index cols, std::uint64_t seed) {
-  std::uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
-  fmat m(rows, cols);
-  for (Index i = 0; i < m.size(); ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    m.data()[i] = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-  }
-  return m;
-}
 
 double useful_flops(Index n, Index d, bool causal, Index heads) {
   const double pairs = causal ? 0.5 * double(n) * double(n + 1) : double(n) * double(n);
@@ -53,14 +45,7 @@ void set_flops(benchmark::State& state, double flops, Index threads) {
 
 void eigen_gemm(benchmark::State& state) {
   const Index n = state.range(0), d = state.range(1);
-  const fmat q = random_input(n, d, 1), k = random_input(n, d, 2), v = random_input(n, d, 3);
-  fmat s(n, n), o(n, d);
-  for (auto _ : state) {
-    s.noalias() = q * k.transpose();
-    o.noalias() = s * v;
-    benchmark::DoNotOptimize(o.data());
-    benchmark::ClobberMemory();
-  }
+  posenc_bench::run_eigen_gemms(state, n, d);
   set_flops(state, useful_flops(n, d, false, 1), 1);
   state.SetLabel("baseline: Eigen float GEMMs, one head");
 }
