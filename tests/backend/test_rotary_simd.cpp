@@ -61,6 +61,30 @@ double max_diff(const std::vector<T>& a, const std::vector<T>& b) {
   return m;
 }
 
+// The rope_token of one test case: `heads` heads of x (head stride hs, dim stride ds),
+// written to x itself (in place) or to y, with cos = cs[0, r/2) and sin = cs[r/2, r).
+template <class S, class C>
+be::rope_token<S, C> make_token(const rope_case& rc, Index hs, Index ds, bool in_place,
+                                bool inverse, S* x, S* y, const C* cs) {
+  const Index pairs = rc.rotary_dim / 2;
+  be::rope_token<S, C> t;
+  t.in = x;
+  t.in_head_stride = hs * ds;
+  t.in_dim_stride = ds;
+  t.out = in_place ? x : y;
+  t.out_head_stride = hs * ds;
+  t.out_dim_stride = ds;
+  t.heads = rc.heads;
+  t.head_dim = rc.head_dim;
+  t.rotary_dim = rc.rotary_dim;
+  t.pair_step = rc.interleaved ? 2 : 1;
+  t.pair_offset = rc.interleaved ? 1 : pairs;
+  t.cos = cs;
+  t.sin = cs + pairs;
+  t.inverse = inverse;
+  return t;
+}
+
 // One token of `heads` heads, head stride `hs` >= head_dim (the gap must stay untouched),
 // dim stride `ds`; rotated by B, by scalar and (contiguous dims) by fused_rope, in place or
 // into a second buffer.
@@ -75,22 +99,7 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
   std::vector<T> ya = y0, yb = y0, yf = y0;
 
   auto token = [&](std::vector<T>& x, std::vector<T>& y) {
-    be::rope_token<T> t;
-    t.in = x.data();
-    t.in_head_stride = hs * ds;
-    t.in_dim_stride = ds;
-    t.out = in_place ? x.data() : y.data();
-    t.out_head_stride = hs * ds;
-    t.out_dim_stride = ds;
-    t.heads = rc.heads;
-    t.head_dim = rc.head_dim;
-    t.rotary_dim = rc.rotary_dim;
-    t.pair_step = rc.interleaved ? 2 : 1;
-    t.pair_offset = rc.interleaved ? 1 : pairs;
-    t.cos = cs.data();
-    t.sin = cs.data() + pairs;
-    t.inverse = inverse;
-    return t;
+    return make_token(rc, hs, ds, in_place, inverse, x.data(), y.data(), cs.data());
   };
   be::rope_rotate(B{}, token(xa, ya));
   be::rope_rotate(be::scalar{}, token(xb, yb));
@@ -344,23 +353,7 @@ void compare_token_lowp(const rope_case& rc, Index hs, Index ds, bool in_place, 
   std::vector<float> xf = to_f(x0), yf = to_f(y0);
 
   auto token = [&](auto& x, auto& y) {
-    using S = typename std::remove_reference_t<decltype(x)>::value_type;
-    be::rope_token<S, float> t;
-    t.in = x.data();
-    t.in_head_stride = hs * ds;
-    t.in_dim_stride = ds;
-    t.out = in_place ? x.data() : y.data();
-    t.out_head_stride = hs * ds;
-    t.out_dim_stride = ds;
-    t.heads = rc.heads;
-    t.head_dim = rc.head_dim;
-    t.rotary_dim = rc.rotary_dim;
-    t.pair_step = rc.interleaved ? 2 : 1;
-    t.pair_offset = rc.interleaved ? 1 : pairs;
-    t.cos = cs.data();
-    t.sin = cs.data() + pairs;
-    t.inverse = inverse;
-    return t;
+    return make_token(rc, hs, ds, in_place, inverse, x.data(), y.data(), cs.data());
   };
   be::rope_rotate(B{}, token(xa, ya));
   be::rope_rotate(be::scalar{}, token(xb, yb));
