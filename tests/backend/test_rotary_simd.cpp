@@ -191,6 +191,128 @@ TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend",
   });
 }
 
+// ---- RoPE angles: vectorised angle addition ------------------------------------------------
+
+namespace {
+
+/// cos/sin(n w) as backend/simd/angles.hpp computes them, one value at a time with std::fma:
+/// n = P + f, P = 64 floor(n / 64); s = fma(sin Pw, cos fw, cos Pw * sin fw),
+/// c = fma(-sin Pw, sin fw, cos Pw * cos fw).
+void emulate_angles(Index n, double w, double& c, double& s) {
+  Index q = n / 64;
+  if (n % 64 < 0) --q;
+  const double P = static_cast<double>(q * 64), f = static_cast<double>(n - q * 64);
+  const double sP = std::sin(P * w), cP = std::cos(P * w), sf = std::sin(f * w), cf = std::cos(f * w);
+  s = std::fma(sP, cf, cP * sf);
+  c = std::fma(-sP, sf, cP * cf);
+}
+
+posenc::rope_frequencies xpos_frequencies() {
+  posenc::rope_frequencies f = posenc::plain_rope_frequencies(64, 10000.0);
+  f.attention_factor = 1.25;
+  f.xpos_scale_base = 512.0;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("SIMD RoPE cos/sin rows: angle addition bit for bit, libm rows within one ulp",
+          "[backend][simd][rotary]") {
+  // Exact float rows on a backend with double packets come from angle addition; double rows
+  // and the scalar backend's rows call libm per pair (detail::rope_row). Checked: the
+  // documented arithmetic exactly (so avx2, avx512 and neon agree bit for bit), libm's float
+  // rows equal or one ulp apart, double rows libm's bit for bit, cached rows = on-the-fly rows.
+  const Index positions[] = {0, 1, 63, 64, 65, 127, 4096, 123'457, 1'000'000, 1'048'639, Index{1} << 33};
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    STATIC_REQUIRE(posenc::detail::rope_vector_angles_v<B>);
+    for (const posenc::rope_frequencies& f :
+         {posenc::plain_rope_frequencies(128), posenc::plain_rope_frequencies(74, 5e5), xpos_frequencies()}) {
+      const posenc::rope_cache<float, B> cache(f);
+      const posenc::rope_cache<double, B> cache_d(f);
+      auto w = cache.writer();
+      auto wd = cache_d.writer();
+      const std::size_t pairs = f.inv_freq.size();
+      std::vector<float> c(pairs), s(pairs), c_ref(pairs), s_ref(pairs);
+      std::vector<double> cd(pairs), sd(pairs), cd_ref(pairs), sd_ref(pairs);
+      for (Index n : positions)
+        for (auto role : {posenc::rope_role::query, posenc::rope_role::key}) {
+          if (f.has_xpos() && n > 4096) continue;  // zeta^(n/512) overflows double far out
+          w.row(n, role, c.data(), s.data());
+          posenc::detail::rope_row(f, posenc::rope_precision::exact, n, role, c_ref.data(), s_ref.data());
+          wd.row(n, role, cd.data(), sd.data());
+          posenc::detail::rope_row(f, posenc::rope_precision::exact, n, role, cd_ref.data(), sd_ref.data());
+          CHECK(cd == cd_ref);
+          CHECK(sd == sd_ref);
+          for (std::size_t i = 0; i < pairs; ++i) {
+            INFO(B::name() << " pairs " << pairs << " n " << n << " i " << i << (f.has_xpos() ? " xpos" : ""));
+            double ce, se;
+            emulate_angles(n, f.inv_freq[i], ce, se);
+            const double scale = f.attention_factor * f.xpos_scale(static_cast<Index>(i), static_cast<double>(n),
+                                                                    role == posenc::rope_role::key);
+            CHECK(c[i] == static_cast<float>(ce * scale));
+            CHECK(s[i] == static_cast<float>(se * scale));
+            // one float ulp of the value (the double error ~1e-15 + 1.2e-16 |n w| is far below)
+            const float ulp_c = std::nextafter(std::abs(c_ref[i]), INFINITY) - std::abs(c_ref[i]);
+            const float ulp_s = std::nextafter(std::abs(s_ref[i]), INFINITY) - std::abs(s_ref[i]);
+            CHECK(std::abs(c[i] - c_ref[i]) <= ulp_c);
+            CHECK(std::abs(s[i] - s_ref[i]) <= ulp_s);
+          }
+        }
+    }
+    // float rows: the double value rounded once, so libm's float row or its neighbour
+    const posenc::rope_frequencies f = posenc::plain_rope_frequencies(128);
+    posenc::rope_cache<float, B> cache(f, posenc::rope_precision::exact, 200);
+    auto w = cache.writer();
+    std::vector<float> c(64), s(64), c_ref(64), s_ref(64);
+    int differ = 0;
+    for (Index n = 0; n < 200'000; n += 997) {
+      w.row(n, posenc::rope_role::query, c.data(), s.data());
+      posenc::detail::rope_row(f, posenc::rope_precision::exact, n, posenc::rope_role::query, c_ref.data(), s_ref.data());
+      for (std::size_t i = 0; i < 64; ++i) {
+        INFO(B::name() << " n " << n << " i " << i);
+        CHECK(std::abs(c[i] - c_ref[i]) <= std::numeric_limits<float>::epsilon() * 0.5f);
+        CHECK(std::abs(s[i] - s_ref[i]) <= std::numeric_limits<float>::epsilon() * 0.5f);
+        differ += (c[i] != c_ref[i]) + (s[i] != s_ref[i]);
+      }
+    }
+    CHECK(differ < 200 * 128 / 20);  // rare: only where the two doubles straddle a rounding boundary
+    // the cache's rows (filled in bulk, across coarse blocks) are the writer's rows
+    for (Index n : {Index{0}, Index{63}, Index{64}, Index{150}, Index{199}}) {
+      w.row(n, posenc::rope_role::query, c.data(), s.data());
+      CHECK(std::memcmp(c.data(), cache.cos(n), 64 * sizeof(float)) == 0);
+      CHECK(std::memcmp(s.data(), cache.sin(n), 64 * sizeof(float)) == 0);
+    }
+    // float32_reference keeps PyTorch's float arithmetic: libm rows on every backend
+    posenc::rope_cache<float, B> ref32(f, posenc::rope_precision::float32_reference, 0);
+    auto w32 = ref32.writer();
+    w32.row(777'777, posenc::rope_role::query, c.data(), s.data());
+    posenc::detail::rope_row(f, posenc::rope_precision::float32_reference, 777'777, posenc::rope_role::query,
+                             c_ref.data(), s_ref.data());
+    CHECK(c == c_ref);
+    CHECK(s == s_ref);
+  });
+}
+
+TEST_CASE("SIMD RoPE on the fly: rows computed per token equal the cached rows, any thread",
+          "[backend][simd][rotary]") {
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    for (auto pairing : {posenc::rope_pairing::half, posenc::rope_pairing::interleaved}) {
+      posenc::rope_options cached, fly;
+      fly.cache = posenc::rope_cache_mode::on_the_fly;
+      posenc::rotary_embedding<float, B> a(64, -1, 10000.0, pairing, cached);
+      const posenc::rotary_embedding<float, B> b0(64, -1, 10000.0, pairing, fly);
+      posenc::rotary_embedding<float, B> b = b0;  // copies share the fine table
+      std::vector<float> x = posenc_test::random_values<float>(std::size_t{3 * 300 * 2 * 64}, 11), y = x;
+      a.apply(posenc::view_bshd(x.data(), 3, 300, 2, 64), Index{1000});
+      b.apply(posenc::view_bshd(y.data(), 3, 300, 2, 64), Index{1000});
+      INFO(B::name() << " " << posenc::to_string(pairing));
+      CHECK(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+    }
+  });
+}
+
 // ---- 16-bit storage (Eigen::half, Eigen::bfloat16) ------------------------------------------
 
 namespace {

@@ -8,8 +8,9 @@
 ///     sin(p w) = sin(P w) cos(f w) + cos(P w) sin(f w)
 ///     cos(p w) = cos(P w) cos(f w) - sin(P w) sin(f w)
 ///
-/// The fine values sin/cos(f w_i) are a double table (B x n, std::sin/std::cos of the
-/// double angle f * w_i, each row filled the first time it is needed); the coarse values sin/cos(P w_i) are recomputed in double
+/// The fine values sin/cos(f w_i) are a double table (fine_angles: B x n, std::sin/std::cos
+/// of the double angle f * w_i, each row filled the first time it is needed, or all up front
+/// for a table shared between threads); the coarse values sin/cos(P w_i) are recomputed in double
 /// (std::sin/std::cos of double(P) * w_i, the same angle the scalar kernels form) once per
 /// block of B consecutive positions; each output is then one multiply and one fused
 /// multiply-add in double, vectorised over i. Consecutive positions (tables, prefill, the
@@ -34,6 +35,7 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "../../core/view.hpp"
@@ -42,34 +44,87 @@
 namespace posenc {
 namespace simd {
 
+/// The fine half of angle addition: sin/cos(f w_i) for f in [0, B), i < n, in double
+/// (std::sin/std::cos of the double angle f * w_i). Keeps its own copy of the frequencies.
+///
+/// Rows are filled on demand (ensure, not thread-safe) or all at once (fill); a filled table
+/// is read-only, so one shared_ptr<const fine_angles> can serve generators on many threads.
+class fine_angles {
+ public:
+  /// Positions per coarse block (B): 64 keeps the table small (64 * n * 16 bytes).
+  static constexpr Index block = 64;
+
+  /// Copies the n frequencies (radians per position) and allocates, but does not fill, the
+  /// B x n table. Throws std::bad_alloc.
+  fine_angles(const double* w, Index n)
+      : w_(w, w + n),
+        // left uninitialised: a row is filled the first time a position needs it, so a
+        // call for a few rows neither computes nor touches all B of them
+        sin_(new double[static_cast<std::size_t>(block * n)]),
+        cos_(new double[static_cast<std::size_t>(block * n)]) {}
+  fine_angles(const fine_angles&) = delete;
+  fine_angles& operator=(const fine_angles&) = delete;
+
+  Index size() const noexcept { return static_cast<Index>(w_.size()); }
+  const double* frequencies() const noexcept { return w_.data(); }
+
+  /// Fills row f (0 <= f < B) unless it is already filled.
+  void ensure(Index f) noexcept {
+    if (filled_[f]) return;
+    const Index n = size();
+    for (Index i = 0; i < n; ++i) {
+      const double a = static_cast<double>(f) * w_[static_cast<std::size_t>(i)];
+      sin_[static_cast<std::size_t>(f * n + i)] = std::sin(a);
+      cos_[static_cast<std::size_t>(f * n + i)] = std::cos(a);
+    }
+    filled_[f] = true;
+  }
+  /// Fills every row.
+  void fill() noexcept {
+    for (Index f = 0; f < block; ++f) ensure(f);
+  }
+
+  /// Row f: n values each (valid once filled).
+  const double* sin_row(Index f) const noexcept { return sin_.get() + f * size(); }
+  const double* cos_row(Index f) const noexcept { return cos_.get() + f * size(); }
+
+ private:
+  std::vector<double> w_;
+  std::unique_ptr<double[]> sin_, cos_;
+  bool filled_[block] = {};
+};
+
 /// sin(p w_i), cos(p w_i), i < n, for integer positions p, vectorised with packet<double,
 /// Arch>; see the file comment for the method and its error bound.
 ///
-/// Usage: build once per frequency vector (allocates, but does not fill, the B x n fine
-/// table), then call row(p, sink) for each position. Cost in libm sin/cos pairs per
-/// frequency: L consecutive rows about min(L, 64) + L/64 instead of L; a single row 2.
-/// For each position, sink(i, S, C, lanes) receives the packets of
-/// sin/cos(p w_j) for j in [i, i + lanes) (lanes < packet size only in the last chunk; the
-/// unused lanes hold 0). row() never allocates or throws. Positions may be negative.
+/// Usage: build once per frequency vector, then call row(p, sink) for each position. Cost
+/// in libm sin/cos pairs per frequency: L consecutive rows about min(L, 64) + L/64 instead
+/// of L; a single row 2 (1 with a filled shared fine table). For each position, sink(i, S,
+/// C, lanes) receives the packets of sin/cos(p w_j) for j in [i, i + lanes) (lanes < packet
+/// size only in the last chunk; the unused lanes hold 0). row() never allocates or throws.
+/// Positions may be negative. One generator per thread (it caches the coarse row).
 template <class Arch>
 class angle_addition {
  public:
   using packet_type = packet<double, Arch>;
-  /// Positions per coarse block (B): 64 keeps the fine table small (64 * n * 16 bytes).
-  static constexpr Index block = 64;
+  static constexpr Index block = fine_angles::block;
 
-  /// `w` holds n angular frequencies (radians per position) and must outlive this object.
+  /// With its own fine table, filled as positions need it. `w` holds n angular
+  /// frequencies (copied). Throws std::bad_alloc.
   angle_addition(const double* w, Index n)
-      : w_(w),
-        n_(n),
-        // left uninitialised: a fine row is filled the first time a position needs it, so
-        // a call for a few rows neither computes nor touches all B of them
-        fine_sin_(new double[static_cast<std::size_t>(block * n)]),
-        fine_cos_(new double[static_cast<std::size_t>(block * n)]),
+      : owned_(std::make_unique<fine_angles>(w, n)),
+        fine_(owned_.get()),
         coarse_sin_(static_cast<std::size_t>(n)),
         coarse_cos_(static_cast<std::size_t>(n)) {}
 
-  Index size() const noexcept { return n_; }
+  /// With a shared fine table on which fill() has run. Throws std::bad_alloc.
+  explicit angle_addition(std::shared_ptr<const fine_angles> filled)
+      : shared_(std::move(filled)),
+        fine_(shared_.get()),
+        coarse_sin_(static_cast<std::size_t>(fine_->size())),
+        coarse_cos_(static_cast<std::size_t>(fine_->size())) {}
+
+  Index size() const noexcept { return fine_->size(); }
 
   /// Calls sink(i, S, C, lanes) for each packet of frequencies at position p.
   template <class Sink>
@@ -80,18 +135,19 @@ class angle_addition {
     const Index base = q * block;
     if (base != coarse_base_) set_coarse(base);
     const Index f = p - base;
-    if (!have_fine_[f]) set_fine(f);
-    const double* fs = fine_sin_.get() + f * n_;
-    const double* fc = fine_cos_.get() + f * n_;
+    if (owned_) owned_->ensure(f);
+    const Index n = size();
+    const double* fs = fine_->sin_row(f);
+    const double* fc = fine_->cos_row(f);
     const double* cs = coarse_sin_.data();
     const double* cc = coarse_cos_.data();
     constexpr int W = packet_type::size;
     Index i = 0;
-    for (; i + W <= n_; i += W)
+    for (; i + W <= n; i += W)
       combine(packet_type::load(cs + i), packet_type::load(cc + i), packet_type::load(fs + i),
               packet_type::load(fc + i), i, W, sink);
-    if (i < n_) {
-      const int lanes = static_cast<int>(n_ - i);
+    if (i < n) {
+      const int lanes = static_cast<int>(n - i);
       combine(packet_type::load_partial(cs + i, lanes), packet_type::load_partial(cc + i, lanes),
               packet_type::load_partial(fs + i, lanes), packet_type::load_partial(fc + i, lanes),
               i, lanes, sink);
@@ -107,29 +163,20 @@ class angle_addition {
     sink(i, s, c, lanes);
   }
 
-  void set_fine(Index f) noexcept {
-    for (Index i = 0; i < n_; ++i) {
-      const double a = static_cast<double>(f) * w_[i];
-      fine_sin_[static_cast<std::size_t>(f * n_ + i)] = std::sin(a);
-      fine_cos_[static_cast<std::size_t>(f * n_ + i)] = std::cos(a);
-    }
-    have_fine_[f] = true;
-  }
-
   void set_coarse(Index base) noexcept {
-    for (Index i = 0; i < n_; ++i) {
-      const double a = static_cast<double>(base) * w_[i];
+    const double* w = fine_->frequencies();
+    for (Index i = 0; i < size(); ++i) {
+      const double a = static_cast<double>(base) * w[i];
       coarse_sin_[static_cast<std::size_t>(i)] = std::sin(a);
       coarse_cos_[static_cast<std::size_t>(i)] = std::cos(a);
     }
     coarse_base_ = base;
   }
 
-  const double* w_;
-  Index n_;
-  std::unique_ptr<double[]> fine_sin_, fine_cos_;  // B x n, row f valid once have_fine_[f]
+  std::unique_ptr<fine_angles> owned_;         // filled row by row, or
+  std::shared_ptr<const fine_angles> shared_;  // filled up front and shared
+  const fine_angles* fine_;
   std::vector<double> coarse_sin_, coarse_cos_;
-  bool have_fine_[block] = {};
   Index coarse_base_ = std::numeric_limits<Index>::min();
 };
 

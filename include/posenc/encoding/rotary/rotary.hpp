@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -157,7 +158,7 @@ class rotary_embedding {
     detail::require(options.cache_limit >= 0, "rotary_embedding", "cache_limit",
                     options.cache_limit, "must be >= 0");
     // max_len is capped by cache_limit like every other growth of the cache
-    cache_ = rope_cache<real_type>(
+    cache_ = rope_cache<real_type, Backend>(
         std::move(freqs), options.precision,
         options.cache == rope_cache_mode::cached ? std::min(options.max_len, options.cache_limit)
                                                  : 0);
@@ -175,7 +176,7 @@ class rotary_embedding {
   const rope_frequencies& frequencies() const noexcept { return cache_.frequencies(); }
   /// The cos/sin cache (empty in on_the_fly mode); of real_type values (float for 16-bit
   /// storage).
-  const rope_cache<real_type>& cache() const noexcept { return cache_; }
+  const rope_cache<real_type, Backend>& cache() const noexcept { return cache_; }
 
   /// Precomputes cos/sin for positions [0, min(max_len, cache_limit)) (cached mode; no-op
   /// on the fly): rows past cache_limit are never stored (they are computed on the fly,
@@ -416,6 +417,8 @@ class rotary_embedding {
     bool any_key = false;
     for (int j = 0; j < count; ++j) any_key = any_key || jobs[j].role == rope_role::key;
     std::vector<real_type> scratch(static_cast<std::size_t>(4 * pairs));
+    // rows the cache does not hold: the cache's own writer, so they equal cached rows
+    std::optional<detail::rope_row_writer<Backend>> writer;
 
     backend::rope_token<Scalar, real_type> t;
     t.head_dim = head_dim_;
@@ -439,14 +442,14 @@ class rotary_embedding {
           sk = cache_.sin(n, rope_role::key);
         } else {
           real_type* s = scratch.data();
-          detail::rope_row(f, options_.precision, n, rope_role::query, s, s + pairs);
+          if (!writer) writer.emplace(cache_.writer());
+          writer->row(n, rope_role::query, s, s + pairs);
           cq = s;
           sq = s + pairs;
           ck = cq;
           sk = sq;
           if (xpos && any_key) {
-            detail::rope_row(f, options_.precision, n, rope_role::key, s + 2 * pairs,
-                             s + 3 * pairs);
+            writer->row(n, rope_role::key, s + 2 * pairs, s + 3 * pairs);
             ck = s + 2 * pairs;
             sk = s + 3 * pairs;
           }
@@ -472,7 +475,7 @@ class rotary_embedding {
   Index head_dim_;
   rope_pairing pairing_;
   rope_options options_;
-  rope_cache<real_type> cache_;
+  rope_cache<real_type, Backend> cache_;
 };
 
 }  // namespace posenc
