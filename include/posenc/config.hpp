@@ -58,3 +58,10 @@
 #else
 #define POSENC_INLINE inline __attribute__((always_inline))
 #endif
+
+/// Hints the cache to fetch the line at address p for reading (no-op where unsupported).
+#if defined(__GNUC__) || defined(__clang__)
+#define POSENC_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define POSENC_PREFETCH(p) ((void)(p))
+#endif

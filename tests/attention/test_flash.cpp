@@ -267,6 +267,10 @@ TEST_CASE("decode: one query over a long cache splits the keys and merges exactl
     shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 5).cast<float>();
     shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 6).cast<float>();
     CHECK(rel_err(run_flash(p, opt, shaw), run_reference(p, opt, shaw)) < 2e-6);
+    const posenc::rotary_policy rope(z.dim);
+    CHECK(rel_err(run_flash(p, opt, rope), run_reference(p, opt, rope)) < 2e-6);
+    const posenc::t5_bias_policy t5(random_matrix(32, z.heads, 79), {32, 128, true});
+    CHECK(rel_err(run_flash(p, opt, t5), run_reference(p, opt, t5)) < 2e-6);
     // Threads change nothing, bit for bit.
     CHECK(run_flash(p, opt, shaw, 3) == run_flash(p, opt, shaw, 1));
   }

@@ -246,9 +246,9 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       if constexpr (is_shaw<Policy>::value) p.wb.resize(nb, shaw_rows);
     }
     // A unit is (batch, chunk) over every head: the heads of one token lie side by side
-    // in [B, L, H, d] buffers, so stepping all heads through the same 64 keys streams whole
-    // rows of K and V (a head alone reads one short run per 4 KiB-strided row, which
-    // the hardware prefetchers follow poorly).
+    // in [B, L, H, d] buffers, so visiting the keys one by one across all heads
+    // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run
+    // per 4 KiB-strided row, which the hardware prefetchers follow poorly).
     std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
     for (auto& wh : hws) {
       wh.resize(static_cast<std::size_t>(s.heads));
@@ -263,13 +263,15 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
         const Index lim = begin_block(hc, ci, slice_bh(q, b, h), 0, nb, wh[static_cast<std::size_t>(h)], tag);
         k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
       }
-      for (Index t0 = k0; t0 < k_end; t0 += T::decode_step)
-        for (Index h = 0; h < s.heads; ++h) {
-          workspace<Real>& w = wh[static_cast<std::size_t>(h)];
-          const Index lim = *std::max_element(w.lim.begin(), w.lim.begin() + nb);
-          const Index t1 = std::min({t0 + T::decode_step, k0 + T::decode_chunk, lim});
-          if (t0 < t1) accumulate(heads[static_cast<std::size_t>(b * s.heads + h)], ci, 0, nb, t0, t1, w, tag);
-        }
+      // every head of the batch, key by key (the mask's limits do not depend on the head)
+      bool lanes = false;  // a backend's lane-layout block (never for <= decode_rows rows)
+      for (const auto& w : wh) lanes = lanes || w.lanes;
+      if (!lanes) {
+        if (k0 < k_end) accumulate_heads(&heads[static_cast<std::size_t>(b * s.heads)], s.heads, ci, nb, k0, k_end, wh.data());
+      } else {
+        for (Index h = 0; h < s.heads; ++h)
+          if (k0 < k_end) accumulate(heads[static_cast<std::size_t>(b * s.heads + h)], ci, 0, nb, k0, k_end, wh[static_cast<std::size_t>(h)], tag);
+      }
       for (Index h = 0; h < s.heads; ++h) {
         const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
         partial& p = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + u % chunks)];
