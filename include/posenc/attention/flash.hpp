@@ -19,10 +19,11 @@
 ///
 /// Work is split into (batch, head, block of 128 query rows) units (Dao et al. 2022,
 /// "FlashAttention"), each an online softmax over tiles of keys (backend/scalar/flash.hpp;
-/// the avx512 tag has its own tile kernel for plain, RoPE and absolute calls,
-/// backend/avx512/flash.hpp); causal tiles past a block's last visible key are skipped. Calls with at most 8 query
-/// rows (decoding) instead split the keys into fixed chunks of 1024 and merge the partial
-/// softmax results with a log-sum-exp merge (Dao et al. 2023, "Flash-Decoding"):
+/// the avx2, avx512 and neon tags have a lane-layout tile kernel for plain, RoPE,
+/// absolute, ALiBi and T5 calls, backend/simd/flash.hpp); causal tiles past a block's
+/// last visible key are skipped. Calls with at most 8 query rows (decoding) instead split
+/// the keys into fixed chunks of 1024 and merge the partial softmax results with a
+/// log-sum-exp merge (Dao et al. 2023, "Flash-Decoding"):
 ///
 ///     M = max_c m_c      l = Σ_c l_c·exp(m_c − M)      O = Σ_c O_c·exp(m_c − M) / l
 ///
@@ -61,8 +62,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "../backend/avx512/flash.hpp"
 #include "../backend/scalar/flash.hpp"
+#include "../backend/simd/flash.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
 #include "../core/view.hpp"

@@ -16,9 +16,9 @@
 /// so the [Lq, Lk] logits never exist: the working set is O(block_q·(d + dv + block_k)).
 /// The two block products are Eigen GEMMs on row-major maps, so the instruction set comes
 /// from the compiler flags (Eigen's own AVX-512 / AVX2 / NEON / SSE kernels); exp is
-/// Eigen's vectorised `exp`. This overload takes `backend::scalar const&`, so every
-/// backend tag (avx2, avx512, neon) falls back to it: the SIMD work lives in the GEMM
-/// micro-kernels and the vectorised exp, not in a per-arch copy of the tile loop.
+/// Eigen's vectorised `exp`. This overload takes `backend::scalar const&`, so a backend
+/// tag serves with it every call its own lane-layout kernel (backend/simd/flash.hpp)
+/// does not take: double, Shaw, general biases, boolean and additive masks, decode.
 ///
 /// Not for direct inclusion: use posenc/attention/flash.hpp.
 
@@ -96,9 +96,9 @@ struct head_context {
   kv_block<Real> k, v;
   rmat<Real> shaw_ak_t;  ///< Shaw a^K transposed [d, rows]
   rmat<Real> shaw_av;    ///< Shaw a^V [rows, dv]
-  /// T5, for the AVX-512 kernel: bias_by_rel in float, reversed (entry t is
-  /// bias_by_rel[size - 1 - t]) so that 16 consecutive query rows read 16 consecutive
-  /// entries, then 16 zeros for the padding rows of a vector.
+  /// T5, for the SIMD lane kernel: bias_by_rel in float, reversed (entry t is
+  /// bias_by_rel[size - 1 - t]) so that the consecutive query rows of a vector read
+  /// consecutive entries, then 16 zeros (the widest vector) for its padding rows.
   std::vector<float> t5_reversed;
 };
 
@@ -119,7 +119,7 @@ struct workspace {
   std::vector<double> l;    ///< running sums
   std::vector<Index> lim;   ///< visible key limit per row
   drow row;                 ///< one query row in double (query transforms)
-  // One query row per SIMD lane (backend/avx512/flash.hpp), transposed:
+  // One query row per SIMD lane (backend/simd/flash.hpp), transposed:
   rmat<Real> qt;  ///< [d, block_q]: q of the block
   rmat<Real> st;  ///< [block_k, block_q]: logits, then probabilities
   rmat<Real> ot;  ///< [dv, block_q]: unnormalised outputs
@@ -137,9 +137,11 @@ struct workspace {
     l.resize(static_cast<std::size_t>(bq));
     lim.resize(static_cast<std::size_t>(bq));
     row.resize(d);
-    qt.resize(d, bq);
-    st.resize(bk, bq);
-    ot.resize(dv, bq);
+    // rows 16 floats longer than a block: 512-byte strides would put the rows of a
+    // column of vectors in 8 of L1's 64 sets and evict each other
+    qt.resize(d, bq + 16);
+    st.resize(bk, bq + 16);
+    ot.resize(dv, bq + 16);
   }
 };
 

@@ -17,6 +17,7 @@ template <>
 struct packet<float, backend::avx2> {
   using value_type = float;
   static constexpr int size = 8;
+  using mask_type = __m256;  ///< all-ones / all-zeros lanes, from a comparison
   __m256 v;
 
   /// Lane mask with lanes [0, n) set, for vmaskmov.
@@ -77,6 +78,17 @@ inline float reduce_max(avx2_f32 a) noexcept {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+inline __m256 less(avx2_f32 a, avx2_f32 b) noexcept { return _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ); }
+inline __m256 equal(avx2_f32 a, avx2_f32 b) noexcept { return _mm256_cmp_ps(a.v, b.v, _CMP_EQ_OQ); }
+inline avx2_f32 select(__m256 m, avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_blendv_ps(b.v, a.v, m)}; }
+inline avx2_f32 abs(avx2_f32 a) noexcept { return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)}; }
+inline avx2_f32 round_nearest(avx2_f32 a) noexcept {
+  return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+inline avx2_f32 exp2_integral(avx2_f32 n) noexcept {
+  const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(e, 23))};
 }
 
 // double

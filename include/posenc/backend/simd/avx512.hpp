@@ -20,6 +20,7 @@ template <>
 struct packet<float, backend::avx512> {
   using value_type = float;
   static constexpr int size = 16;
+  using mask_type = __mmask16;
   __m512 v;
 
   static __mmask16 mask(int n) noexcept {
@@ -81,6 +82,19 @@ inline float reduce_max(avx512_f32 a) noexcept {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+inline __mmask16 less(avx512_f32 a, avx512_f32 b) noexcept { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
+inline __mmask16 equal(avx512_f32 a, avx512_f32 b) noexcept { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ); }
+inline avx512_f32 select(__mmask16 m, avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_mask_mov_ps(b.v, m, a.v)}; }
+inline avx512_f32 abs(avx512_f32 a) noexcept {
+  return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7FFFFFFF)))};
+}
+inline avx512_f32 round_nearest(avx512_f32 a) noexcept {
+  return {_mm512_maskz_roundscale_ps(0xFFFF, a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+inline avx512_f32 exp2_integral(avx512_f32 n) noexcept {
+  const __m512i e = _mm512_add_epi32(_mm512_maskz_cvtps_epi32(0xFFFF, n.v), _mm512_set1_epi32(127));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
 }
 
 // double

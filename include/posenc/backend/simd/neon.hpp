@@ -17,6 +17,7 @@ template <>
 struct packet<float, backend::neon> {
   using value_type = float;
   static constexpr int size = 4;
+  using mask_type = uint32x4_t;  ///< all-ones / all-zeros lanes, from a comparison
   float32x4_t v;
 
   static packet load(const float* p) noexcept { return {vld1q_f32(p)}; }
@@ -71,6 +72,14 @@ inline neon_f32 max(neon_f32 a, neon_f32 b) noexcept { return {vmaxq_f32(a.v, b.
 inline neon_f32 min(neon_f32 a, neon_f32 b) noexcept { return {vminq_f32(a.v, b.v)}; }
 inline float reduce_add(neon_f32 a) noexcept { return vaddvq_f32(a.v); }
 inline float reduce_max(neon_f32 a) noexcept { return vmaxvq_f32(a.v); }
+inline uint32x4_t less(neon_f32 a, neon_f32 b) noexcept { return vcltq_f32(a.v, b.v); }
+inline uint32x4_t equal(neon_f32 a, neon_f32 b) noexcept { return vceqq_f32(a.v, b.v); }
+inline neon_f32 select(uint32x4_t m, neon_f32 a, neon_f32 b) noexcept { return {vbslq_f32(m, a.v, b.v)}; }
+inline neon_f32 abs(neon_f32 a) noexcept { return {vabsq_f32(a.v)}; }
+inline neon_f32 round_nearest(neon_f32 a) noexcept { return {vrndnq_f32(a.v)}; }
+inline neon_f32 exp2_integral(neon_f32 n) noexcept {
+  return {vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n.v), vdupq_n_s32(127)), 23))};
+}
 
 // double
 inline neon_f64 operator+(neon_f64 a, neon_f64 b) noexcept { return {vaddq_f64(a.v, b.v)}; }

@@ -28,6 +28,14 @@
 ///                                     packets also into a float dst (each value rounded once)
 ///     store_cvt(float* dst, a)        double packet rounded to float, `size` values
 ///
+/// Float packets also have what a lane-wise softmax needs (backend/simd/flash.hpp):
+///
+///     P::mask_type                    a comparison's result (vector or k-mask)
+///     less(a, b)  equal(a, b)         ordered comparisons: false where either is NaN
+///     select(m, a, b)                 m ? a : b, lane-wise
+///     abs(a)  round_nearest(a)        |a|; nearest integer, ties to even
+///     exp2_integral(n)                2^n for integral n in [-126, 127] (exponent bits)
+///
 /// IEEE single/double arithmetic is the same on every architecture, so a kernel written
 /// with the lane-wise operations gives bit-identical results on AVX2, AVX-512 and NEON
 /// (fmadd is a true fused multiply-add everywhere); only the reductions' order differs.

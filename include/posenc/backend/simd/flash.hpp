@@ -1,0 +1,451 @@
+#pragma once
+/// \file
+/// The SIMD tiled attention kernel, written once on float packets (packet.hpp) for every
+/// tag that has them (avx2, avx512, neon): begin_block / accumulate / finish_block
+/// overloaded on the tag, with the same online softmax as the portable kernel
+/// (backend/scalar/flash.hpp) but its own register-blocked products, so no tile is
+/// re-packed the way a general GEMM must.
+///
+/// Layout: one query row per SIMD lane. A block's queries are transposed once, and every
+/// per-tile quantity then keeps rows in lanes (W = lanes of the packet):
+///
+///     Qt [d, 128]     scale · Q_Rᵀ                    (once per block)
+///     St [nk, 128]    St[j] = Σ_c K[j, c] · Qt[c]     W rows per vector, K broadcast
+///     m, l            running max / sum, one lane per row (l in double)
+///     Ot [dv, 128]    Ot[c] = α·Ot[c] + Σ_j V[j, c] · Pt[j]
+///
+/// so the row max, the exp and the row sum are vertical (lane-wise) operations on whole
+/// vectors, the rescale by α = exp(m_old − m_new) is fused into the P·V kernel's loads, and K
+/// and V are read in place (one broadcast per element, no packing). The register tile is
+/// R vectors of rows by C keys (Q·Kᵀ) or C value columns (P·V), sized per architecture
+/// (register_tile below) so that R·C accumulators, R row vectors and one broadcast fit in
+/// the register file.
+///
+/// Used for float working precision (float, half and bfloat16 storage); policies without a
+/// bias, score or value term (none, rotary, absolute: their transforms are applied when the
+/// block is loaded), ALiBi and T5 (bias generated per lane); masks made of `causal` and
+/// `key_lengths` only; blocks of more than `tiles::decode_rows` queries. Anything else
+/// (Shaw, other bias policies, boolean or additive masks, double, decode) takes the
+/// portable kernel; begin_block records which in `ws.lanes`, so accumulate and
+/// finish_block follow the same path.
+///
+/// Numerics: the products sum over d in order with one FMA per term; exp is a degree-7
+/// polynomial after reduction by ln 2 (under 1 ulp, tested; arguments below -87 give 0,
+/// masked keys exactly 0). Results do not depend on the thread count and are within the
+/// flash parity bound of the reference, not bit-identical to the portable kernel. Each
+/// lane does the same IEEE operations on every architecture, but the causal diagonal's
+/// per-vector segments (16, 8 or 4 rows) round the P·V sums differently, so the widths
+/// agree to about 1e-7, not bit for bit.
+///
+/// Not for direct inclusion: use posenc/attention/flash.hpp.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "../../config.hpp"
+#include "../scalar/flash.hpp"
+#include "avx2.hpp"
+#include "avx512.hpp"
+#include "neon.hpp"
+
+namespace posenc {
+namespace detail {
+namespace flash {
+namespace lanes {
+
+/// Register tile of a tag: `rows` vectors of query rows by `cols` keys or value dims.
+/// Undefined for tags without float packets in this compilation.
+template <class Arch, class = void>
+struct register_tile;
+#if POSENC_ARCH_AVX2
+/// 16 ymm registers: 2 x 6 accumulators + 2 rows + 1 broadcast.
+template <>
+struct register_tile<backend::avx2> {
+  static constexpr int rows = 2, cols = 6;
+};
+#endif
+#if POSENC_ARCH_AVX512
+/// 32 zmm registers: 4 x 6 accumulators + 4 rows + 1 broadcast.
+template <>
+struct register_tile<backend::avx512> {
+  static constexpr int rows = 4, cols = 6;
+};
+#endif
+#if POSENC_ARCH_NEON
+/// 32 q registers: 4 x 6 accumulators + 4 rows + 1 broadcast.
+template <>
+struct register_tile<backend::neon> {
+  static constexpr int rows = 4, cols = 6;
+};
+#endif
+
+/// True for the tags this kernel serves in this compilation.
+template <class Arch, class = void>
+struct has_kernel : std::false_type {};
+template <class Arch>
+struct has_kernel<Arch, std::void_t<decltype(register_tile<Arch>::rows)>> : std::true_type {};
+
+/// Which calls this kernel takes (see the file comment).
+template <class Policy, class Real>
+constexpr bool supports() {
+  return std::is_same_v<Real, float> &&
+         (!Policy::has_bias || std::is_same_v<Policy, alibi_policy> ||
+          std::is_same_v<Policy, t5_bias_policy>) &&
+         !Policy::has_score_term && !Policy::has_value_term && !is_shaw<Policy>::value;
+}
+
+/// α = 1 for every row of a register tile (a P·V segment after the rescale): enough for
+/// the widest tile, 4 vectors of 16 lanes.
+alignas(64) inline constexpr float ones[64] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+
+/// ALiBi inside the tile, per lane: bias = -m · |ref - j|, j counted from the tile's first
+/// key. ref is the row's position (symmetric form, while the row sees its own position)
+/// or its last visible key (causal form, or a symmetric row past every visible key),
+/// minus the tile's first key: the portable kernel's row shift, and the same float
+/// values, since integer distances below 2^24 are exact in float. (In the last two cases
+/// ref - j >= 0 at every visible key, so one |.| serves all three.)
+///
+/// T5 inside the tile: the bias of lane i (position p0 + i) at key j0 + j is
+/// bias_by_rel[j0 + j - p0 - i - rel_min]: in the reversed float table (head_context::
+/// t5_reversed) the lanes of a vector are consecutive entries starting at t5 - j.
+struct lane_bias {
+  bool on = false;
+  float m = 0.0f;
+  const float* ref = nullptr;  ///< ALiBi: per lane
+  const float* t5 = nullptr;   ///< T5: key 0's entries (nullptr: ALiBi)
+};
+
+/// exp(x) for x <= 0 or NaN (the softmax's arguments): x = n ln2 + r, |r| <= ln2 / 2,
+/// exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9), times 2^n. Arguments
+/// below -87 (where 2^n would leave the normal range) give exactly 0, an absolute error
+/// below 2e-38 next to a row sum >= 1; NaN stays NaN (the comparison is false for it).
+template <class P>
+inline P exp_nonpositive(P x) noexcept {
+  const P n = round_nearest(x * P::broadcast(1.44269504088896341f));
+  // ln 2 in two parts: n · 0.693359375 is exact for |n| < 2^15
+  P r = fnmadd(n, P::broadcast(0.693359375f), x);
+  r = fnmadd(n, P::broadcast(-2.12194440e-4f), r);
+  P p = P::broadcast(1.0f / 5040.0f);
+  p = fmadd(p, r, P::broadcast(1.0f / 720.0f));
+  p = fmadd(p, r, P::broadcast(1.0f / 120.0f));
+  p = fmadd(p, r, P::broadcast(1.0f / 24.0f));
+  p = fmadd(p, r, P::broadcast(1.0f / 6.0f));
+  p = fmadd(p, r, P::broadcast(0.5f));
+  p = fmadd(p, r, P::broadcast(1.0f));
+  p = fmadd(p, r, P::broadcast(1.0f));
+  const P small = P::broadcast(-87.0f);
+  return select(less(x, small), P::zero(), p * exp2_integral(max(n, P::broadcast(-126.0f))));
+}
+
+/// St[j, rows] = Σ_c K[j, c] Qt[c, rows] for C keys and R vectors of rows.
+template <class P, int R, int C>
+inline void qk_tile(const float* qt, Index ldq, const float* k, Index ldk, Index d, float* st,
+                    Index lds) noexcept {
+  P acc[C][R];
+  for (int j = 0; j < C; ++j)
+    for (int r = 0; r < R; ++r) acc[j][r] = P::zero();
+  for (Index c = 0; c < d; ++c) {
+    P q[R];
+    for (int r = 0; r < R; ++r) q[r] = P::load(qt + c * ldq + r * P::size);
+    for (int j = 0; j < C; ++j) {
+      const P kb = P::broadcast(k[j * ldk + c]);
+      for (int r = 0; r < R; ++r) acc[j][r] = fmadd(kb, q[r], acc[j][r]);
+    }
+  }
+  for (int j = 0; j < C; ++j)
+    for (int r = 0; r < R; ++r) acc[j][r].store(st + j * lds + r * P::size);
+}
+
+/// Ot[c, rows] = α[rows] Ot[c, rows] + Σ_j V[j, c] Pt[j, rows] for C value dims, R vectors
+/// of rows, nk keys. The tile's sum starts from 0 and is added to the rescaled Ot once:
+/// over a long sequence each rounding is then relative to one tile's sum, not to the
+/// whole running output (summing into Ot key by key loses about sqrt(tiles) more).
+template <class P, int R, int C>
+inline void pv_tile(const float* pt, Index ldp, const float* v, Index ldv, Index nk,
+                    const float* alpha, float* ot, Index ldo) noexcept {
+  P acc[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = P::zero();
+  for (Index j = 0; j < nk; ++j) {
+    P p[R];
+    for (int r = 0; r < R; ++r) p[r] = P::load(pt + j * ldp + r * P::size);
+    for (int c = 0; c < C; ++c) {
+      const P vb = P::broadcast(v[j * ldv + c]);
+      for (int r = 0; r < R; ++r) acc[c][r] = fmadd(vb, p[r], acc[c][r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const P a = P::load(alpha + r * P::size);
+    for (int c = 0; c < C; ++c) {
+      float* o = ot + c * ldo + r * P::size;
+      fmadd(a, P::load(o), acc[c][r]).store(o);
+    }
+  }
+}
+
+/// Runs kernel<R, C> for run-time r in 1..R_max and c in 1..C_max (the edges of a block).
+template <int R, int C, class F>
+inline void dispatch_cols(int c, F&& f) noexcept {
+  if constexpr (C > 1) {
+    if (c < C) return dispatch_cols<R, C - 1>(c, f);
+  }
+  f(std::integral_constant<int, R>{}, std::integral_constant<int, C>{});
+}
+template <int R, int C, class F>
+inline void dispatch(int r, int c, F&& f) noexcept {
+  if constexpr (R > 1) {
+    if (r < R) return dispatch<R - 1, C>(r, c, f);
+  }
+  dispatch_cols<R, C>(c, f);
+}
+
+template <class Arch>
+inline void qk(int r, int c, const float* qt, Index ldq, const float* k, Index ldk, Index d,
+               float* st, Index lds) noexcept {
+  using T = register_tile<Arch>;
+  dispatch<T::rows, T::cols>(r, c, [&](auto R, auto C) {
+    qk_tile<simd::packet<float, Arch>, decltype(R)::value, decltype(C)::value>(qt, ldq, k, ldk, d, st, lds);
+  });
+}
+template <class Arch>
+inline void pv(int r, int c, const float* pt, Index ldp, const float* v, Index ldv, Index nk,
+               const float* alpha, float* ot, Index ldo) noexcept {
+  using T = register_tile<Arch>;
+  dispatch<T::rows, T::cols>(r, c, [&](auto R, auto C) {
+    pv_tile<simd::packet<float, Arch>, decltype(R)::value, decltype(C)::value>(pt, ldp, v, ldv, nk, alpha, ot, ldo);
+  });
+}
+
+/// Online softmax of one vector of rows over the tile's nk keys, in place on St (logits ->
+/// probabilities): updates m (float lanes) and l (double lanes) and writes α. `vis[lane]`
+/// is how many of the tile's first nk keys the row sees (a prefix: causal and key_lengths),
+/// as an exact float; `full` says every lane sees all nk keys.
+template <class P>
+inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, bool full, float* m,
+                          double* l, float* alpha, const lane_bias& bias) noexcept {
+  const P neg_inf = P::broadcast(-std::numeric_limits<float>::infinity());
+  const P visible = P::load(vis);
+  if (bias.on && bias.t5) {  // add the bias once, in place: both passes below read it
+    for (Index j = 0; j < nk; ++j) {
+      float* s = st + j * lds;
+      (P::load(s) + P::load(bias.t5 - j)).store(s);
+    }
+  } else if (bias.on) {
+    const P ref = P::load(bias.ref), slope = P::broadcast(bias.m);
+    for (Index j = 0; j < nk; ++j) {
+      float* s = st + j * lds;
+      const P dist = abs(ref - P::broadcast(static_cast<float>(j)));
+      (P::load(s) - slope * dist).store(s);
+    }
+  }
+  const P m_old = P::load(m);
+  P mx = m_old;
+  if (full) {
+    for (Index j = 0; j < nk; ++j) mx = max(P::load(st + j * lds), mx);
+  } else {
+    for (Index j = 0; j < nk; ++j) {
+      // a NaN logit is passed over here on x86 (max returns its second operand), made the
+      // max on NEON; either way it turns the row's sum into NaN below
+      mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx), mx);
+    }
+  }
+  // α = exp(m_old - m_new); 1 where the max did not move (also when both are -inf)
+  const P a = select(equal(m_old, mx), P::broadcast(1.0f), exp_nonpositive(m_old - mx));
+  // rows whose max is still -inf saw no finite logit: subtracting 0 instead gives exp(-inf)
+  // = 0 for their keys, NaN for a NaN one
+  const P shift = select(equal(mx, neg_inf), P::zero(), mx);
+  P sum = P::zero();
+  for (Index j = 0; j < nk; ++j) {
+    float* s = st + j * lds;
+    P p = exp_nonpositive(P::load(s) - shift);
+    if (!full) p = select(less(P::broadcast(static_cast<float>(j)), visible), p, P::zero());
+    p.store(s);
+    sum = sum + p;
+  }
+  mx.store(m);
+  a.store(alpha);
+  // l = α l + Σ p, in double
+  alignas(64) float sums[P::size];
+  sum.store(sums);
+  for (int i = 0; i < P::size; ++i)
+    l[i] = std::fma(l[i], static_cast<double>(alpha[i]), static_cast<double>(sums[i]));
+}
+
+/// Query rows of the block padded to whole vectors.
+template <class Arch>
+inline Index padded_rows(Index nb) noexcept {
+  constexpr Index w = simd::packet<float, Arch>::size;
+  return (nb + w - 1) / w * w;
+}
+
+}  // namespace lanes
+
+/// Loads a block like the portable kernel, then (when this kernel takes the call)
+/// transposes it to Qt and resets the lane statistics of the padding rows.
+template <class Policy, class Real, class TQ, class Arch,
+          std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
+Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
+                  const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws,
+                  Arch const&) noexcept {
+  const Index max_lim = begin_block(hc, ci, q, r0, nb, ws, backend::scalar{});
+  ws.lanes = false;
+  if constexpr (lanes::supports<Policy, Real>()) {
+    const attention_mask& mask = *ci.mask;
+    const bool exact_distances = !std::is_same_v<Policy, alibi_policy> || ci.shape.len_k < (Index(1) << 24);
+    if (nb > tiles<Real>::decode_rows && mask.allowed.size() == 0 && mask.additive.size() == 0 &&
+        exact_distances) {
+      ws.lanes = true;
+      const Index d = ci.shape.dim, dv = ci.shape.dim_v, w = lanes::padded_rows<Arch>(nb);
+      // a plain loop: Eigen's AVX-512 transpose kernels trip GCC 12's
+      // -Wmaybe-uninitialized once inlined (see simd/avx512.hpp)
+      for (Index c = 0; c < d; ++c) {
+        Real* dst = ws.qt.row(c).data();
+        for (Index r = 0; r < nb; ++r) dst[r] = ws.q(r, c);
+        std::fill(dst + nb, dst + w, Real(0));
+      }
+      ws.ot.topLeftCorner(dv, w).setZero();
+      for (Index r = nb; r < w; ++r) {  // padding rows: see nothing, add nothing
+        const std::size_t ur = static_cast<std::size_t>(r);
+        ws.m[ur] = -std::numeric_limits<Real>::infinity();
+        ws.l[ur] = 0.0;
+        ws.lim[ur] = 0;
+      }
+    }
+  }
+  return max_lim;
+}
+
+/// Visits keys [kbeg, kend) for the block's rows (see the file comment).
+template <class Policy, class Real, class Arch,
+          std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
+void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index r0,
+                Index nb, Index kbeg, Index kend, workspace<Real>& ws, Arch const&) noexcept {
+  if constexpr (lanes::supports<Policy, Real>()) {
+    if (ws.lanes) {
+      using P = simd::packet<float, Arch>;
+      constexpr Index W = P::size;
+      constexpr int RV = lanes::register_tile<Arch>::rows, CK = lanes::register_tile<Arch>::cols;
+      constexpr Index bk = tiles<Real>::block_k;
+      const Index d = ci.shape.dim, dv = ci.shape.dim_v, w = lanes::padded_rows<Arch>(nb);
+      const Index vectors = w / W;
+      const Index ldq = ws.qt.cols(), lds = ws.st.cols(), ldo = ws.ot.cols();
+      alignas(64) Index vis[tiles<Real>::block_q];
+      alignas(64) float visf[tiles<Real>::block_q];
+      alignas(64) float ref[tiles<Real>::block_q];
+      alignas(64) float alpha[tiles<Real>::block_q];
+      lanes::lane_bias bias;
+      if constexpr (std::is_same_v<Policy, alibi_policy>) {
+        bias.on = true;
+        bias.m = static_cast<float>(hc.head.m);
+        bias.ref = ref;
+      }
+      if constexpr (std::is_same_v<Policy, t5_bias_policy>) bias.on = true;
+      for (Index j0 = kbeg; j0 < kend; j0 += bk) {
+        const Index nk = std::min(bk, kend - j0);
+        for (Index r = 0; r < w; ++r) {
+          vis[r] = std::clamp<Index>(ws.lim[static_cast<std::size_t>(r)] - j0, 0, nk);
+          visf[r] = static_cast<float>(vis[r]);
+        }
+        if constexpr (std::is_same_v<Policy, alibi_policy>) {
+          // |ref| <= len_k < 2^24 where a row sees a key (begin_block checked len_k), so
+          // the float is exact
+          for (Index r = 0; r < w; ++r) {
+            // padding rows (lim = 0) never form their position: it may not be representable
+            const Index lim = ws.lim[static_cast<std::size_t>(r)], last = lim - 1;
+            const bool sym = hc.head.symmetric && lim > 0 && ci.shape.q_offset + r0 + r <= last;
+            ref[r] = lim == 0 ? 0.0f : static_cast<float>((sym ? ci.shape.q_offset + r0 + r : last) - j0);
+          }
+        }
+        for (Index rv = 0; rv < vectors; rv += RV) {
+          const int nr = static_cast<int>(std::min<Index>(RV, vectors - rv));
+          // ext[v]: keys [0, ext[v]) of the tile are seen by some row of vector v. Segment
+          // s runs keys [pm[s-1], pm[s]) (pm: running max of ext) on vectors s..nr-1, the
+          // only ones that see them, so a causal diagonal tile costs its own triangle,
+          // rounded to W rows, rather than the whole square.
+          Index ext[RV], low[RV], pm[RV];
+          for (int v = 0; v < nr; ++v) {
+            const Index* vv = vis + (rv + v) * W;
+            ext[v] = *std::max_element(vv, vv + W);
+            low[v] = *std::min_element(vv, vv + W);
+            pm[v] = std::max(ext[v], v > 0 ? pm[v - 1] : Index(0));
+          }
+          const Index ext_all = pm[nr - 1];
+          for (int sg = 0; sg < nr; ++sg) {
+            const Index lo = sg > 0 ? pm[sg - 1] : 0;
+            const float* qt = ws.qt.data() + (rv + sg) * W;
+            float* st = ws.st.data() + (rv + sg) * W;
+            for (Index j = lo; j < pm[sg]; j += CK)
+              lanes::qk<Arch>(nr - sg, static_cast<int>(std::min<Index>(CK, pm[sg] - j)), qt, ldq,
+                              hc.k.data + (j0 + j) * hc.k.ld, hc.k.ld, d, st + j * lds, lds);
+          }
+          for (int v = 0; v < nr; ++v) {
+            float* st = ws.st.data() + (rv + v) * W;
+            const Index o = (rv + v) * W;
+            if constexpr (std::is_same_v<Policy, alibi_policy>) bias.ref = ref + o;
+            if constexpr (std::is_same_v<Policy, t5_bias_policy>) {
+              // entry of lane 0 (a real row) at key j0: t = size - 1 - (j0 - p0 - rel_min)
+              const Index p0 = ci.shape.q_offset + r0 + o;
+              const Index t = static_cast<Index>(hc.head.bias_by_rel.size()) - 1 -
+                              (j0 - p0 - hc.head.rel_min);
+              bias.t5 = hc.t5_reversed.data() + t;
+            }
+            lanes::softmax_lanes<P>(st, lds, ext[v], visf + o, low[v] == ext[v], ws.m.data() + o,
+                                    ws.l.data() + o, alpha + o, bias);
+            // keys the vector does not see but its segment's P·V reads: probability 0
+            for (Index j = ext[v]; j < ext_all; ++j) std::fill(st + j * lds, st + j * lds + W, 0.0f);
+          }
+          if (ext_all == 0) continue;  // α = 1 and nothing to add
+          const float* a = alpha + rv * W;
+          if (ext[0] == ext_all) {  // one segment: the rescale fused into the product
+            for (Index c = 0; c < dv; c += CK)
+              lanes::pv<Arch>(nr, static_cast<int>(std::min<Index>(CK, dv - c)), ws.st.data() + rv * W, lds,
+                              hc.v.data + j0 * hc.v.ld + c, hc.v.ld, ext_all, a,
+                              ws.ot.data() + c * ldo + rv * W, ldo);
+            continue;
+          }
+          for (Index c = 0; c < dv; ++c) {
+            float* o = ws.ot.data() + c * ldo + rv * W;
+            for (Index e = 0; e < nr * W; ++e) o[e] *= a[e];
+          }
+          for (int sg = 0; sg < nr; ++sg) {
+            const Index lo = sg > 0 ? pm[sg - 1] : 0;
+            if (lo == pm[sg]) continue;
+            for (Index c = 0; c < dv; c += CK)
+              lanes::pv<Arch>(nr - sg, static_cast<int>(std::min<Index>(CK, dv - c)),
+                              ws.st.data() + lo * lds + (rv + sg) * W, lds,
+                              hc.v.data + (j0 + lo) * hc.v.ld + c, hc.v.ld, pm[sg] - lo, lanes::ones,
+                              ws.ot.data() + c * ldo + (rv + sg) * W, ldo);
+          }
+        }
+      }
+      return;
+    }
+  }
+  accumulate(hc, ci, r0, nb, kbeg, kend, ws, backend::scalar{});
+}
+
+/// Normalises and writes the block (transposing back from Ot when this kernel ran it).
+template <class Policy, class Real, class TO, class Arch,
+          std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
+void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
+                  workspace<Real>& ws, const strided_view<TO, 2>& out, Arch const&) noexcept {
+  if (!ws.lanes) {
+    finish_block(hc, r0, nb, ws, out, backend::scalar{});
+    return;
+  }
+  using T = std::remove_cv_t<TO>;
+  const Index dv = out.extent(1);
+  for (Index r = 0; r < nb; ++r) {
+    const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
+    for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(ws.ot(c, r) * inv);
+  }
+}
+
+}  // namespace flash
+}  // namespace detail
+}  // namespace posenc
