@@ -380,7 +380,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
           // s runs keys [pm[s-1], pm[s]) (pm: running max of ext) on vectors s..nr-1, the
           // only ones that see them, so a causal diagonal tile costs its own triangle,
           // rounded to W rows, rather than the whole square.
-          Index ext[RV], low[RV], pm[RV];
+          Index ext[RV] = {}, low[RV] = {}, pm[RV] = {};
           for (int v = 0; v < nr; ++v) {
             const Index* vv = vis + (rv + v) * W;
             ext[v] = *std::max_element(vv, vv + W);
