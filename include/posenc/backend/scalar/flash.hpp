@@ -348,19 +348,26 @@ inline Real inverse_sum(double l) noexcept {
                : (std::isnan(l) ? std::numeric_limits<Real>::quiet_NaN() : Real(0));
 }
 
-/// Normalises the block's accumulators and writes rows [r0, r0 + nb) of `out`
-/// (zeros for a row that saw no key).
+/// Writes rows [r0, r0 + nb) of `out` as acc(r, c) / l_r (zeros for a row that saw no
+/// key); `acc` reads the block's unnormalised outputs wherever a kernel keeps them.
+template <class Real, class TO, class Acc>
+void write_normalised(const workspace<Real>& ws, Index r0, Index nb,
+                      const strided_view<TO, 2>& out, Acc acc) noexcept {
+  using T = std::remove_cv_t<TO>;
+  const Index dv = out.extent(1);
+  for (Index r = 0; r < nb; ++r) {
+    const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
+    for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(acc(r, c) * inv);
+  }
+}
+
+/// Normalises the block's accumulators and writes rows [r0, r0 + nb) of `out`.
 template <class Policy, class Real, class TO>
 void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
                   workspace<Real>& ws, const strided_view<TO, 2>& out,
                   backend::scalar const&) noexcept {
-  using T = std::remove_cv_t<TO>;
-  const Index dv = out.extent(1);
   if constexpr (is_shaw<Policy>::value) ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
-  for (Index r = 0; r < nb; ++r) {
-    const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
-    for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(ws.o(r, c) * inv);
-  }
+  write_normalised(ws, r0, nb, out, [&](Index r, Index c) { return ws.o(r, c); });
 }
 
 }  // namespace flash

@@ -17,7 +17,6 @@ template <>
 struct packet<float, backend::avx2> {
   using value_type = float;
   static constexpr int size = 8;
-  using mask_type = __m256;  ///< all-ones / all-zeros lanes, from a comparison
   __m256 v;
 
   /// Lane mask with lanes [0, n) set, for vmaskmov.

@@ -20,7 +20,6 @@ template <>
 struct packet<float, backend::avx512> {
   using value_type = float;
   static constexpr int size = 16;
-  using mask_type = __mmask16;
   __m512 v;
 
   static __mmask16 mask(int n) noexcept {

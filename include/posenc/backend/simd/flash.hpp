@@ -31,17 +31,16 @@
 ///
 /// Numerics: the products sum over d in order with one FMA per term; exp is a degree-7
 /// polynomial after reduction by ln 2 (under 1 ulp where the result is normal, tested;
-/// arguments below about -104 give 0, masked keys exactly 0). Results do not depend on the thread count and are within the
-/// flash parity bound of the reference, not bit-identical to the portable kernel. Each
-/// lane does the same IEEE operations on every architecture, but the causal diagonal's
-/// per-vector segments (16, 8 or 4 rows) round the P·V sums differently, so the widths
-/// agree to about 1e-7, not bit for bit.
+/// arguments below about -104 give 0, masked keys exactly 0). Results do not depend on
+/// the thread count and are within the flash parity bound of the reference, not
+/// bit-identical to the portable kernel. Each lane does the same IEEE operations on every
+/// architecture, but the causal diagonal's per-vector segments (16, 8 or 4 rows) round the
+/// P·V sums differently, so the widths agree to about 1e-7, not bit for bit.
 ///
 /// Not for direct inclusion: use posenc/attention/flash.hpp.
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 #include <type_traits>
 
@@ -61,6 +60,12 @@ namespace lanes {
 /// float packets in this compilation.
 template <class Arch, class = void>
 struct register_tile;
+/// 32 vector registers (zmm, or NEON's q): 4 x 6 accumulators + 4 rows + 1 broadcast;
+/// 256-key tiles at any head size.
+struct register_tile_32 {
+  static constexpr int rows = 4, cols = 6;
+  static constexpr Index kv_floats = std::numeric_limits<Index>::max();
+};
 #if POSENC_ARCH_AVX2
 /// 16 ymm registers: 2 x 6 accumulators + 2 rows + 1 broadcast.
 template <>
@@ -70,20 +75,12 @@ struct register_tile<backend::avx2> {
 };
 #endif
 #if POSENC_ARCH_AVX512
-/// 32 zmm registers: 4 x 6 accumulators + 4 rows + 1 broadcast.
 template <>
-struct register_tile<backend::avx512> {
-  static constexpr int rows = 4, cols = 6;
-  static constexpr Index kv_floats = std::numeric_limits<Index>::max();
-};
+struct register_tile<backend::avx512> : register_tile_32 {};
 #endif
 #if POSENC_ARCH_NEON
-/// 32 q registers: 4 x 6 accumulators + 4 rows + 1 broadcast.
 template <>
-struct register_tile<backend::neon> {
-  static constexpr int rows = 4, cols = 6;
-  static constexpr Index kv_floats = std::numeric_limits<Index>::max();
-};
+struct register_tile<backend::neon> : register_tile_32 {};
 #endif
 
 /// True for the tags this kernel serves in this compilation.
@@ -451,12 +448,7 @@ void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
     finish_block(hc, r0, nb, ws, out, backend::scalar{});
     return;
   }
-  using T = std::remove_cv_t<TO>;
-  const Index dv = out.extent(1);
-  for (Index r = 0; r < nb; ++r) {
-    const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
-    for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(ws.ot(c, r) * inv);
-  }
+  write_normalised(ws, r0, nb, out, [&](Index r, Index c) { return ws.ot(c, r); });
 }
 
 }  // namespace flash

@@ -17,7 +17,6 @@ template <>
 struct packet<float, backend::neon> {
   using value_type = float;
   static constexpr int size = 4;
-  using mask_type = uint32x4_t;  ///< all-ones / all-zeros lanes, from a comparison
   float32x4_t v;
 
   static packet load(const float* p) noexcept { return {vld1q_f32(p)}; }

@@ -30,8 +30,8 @@
 ///
 /// Float packets also have what a lane-wise softmax needs (backend/simd/flash.hpp):
 ///
-///     P::mask_type                    a comparison's result (vector or k-mask)
-///     less(a, b)  equal(a, b)         ordered comparisons: false where either is NaN
+///     less(a, b)  equal(a, b)         ordered comparisons, false where either is NaN: a
+///                                     lane mask (vector or k-mask) for select
 ///     select(m, a, b)                 m ? a : b, lane-wise
 ///     abs(a)  round_nearest(a)        |a|; nearest integer, ties to even
 ///     mul_pow2(a, n)                  a · 2^n for integral n in [-252, 127], rounded once
