@@ -177,7 +177,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
         const auto& by_rel = hc.head.bias_by_rel;
         hc.t5_reversed.assign(by_rel.size() + 16, 0.0f);
         std::transform(by_rel.rbegin(), by_rel.rend(), hc.t5_reversed.begin(),
-                       [](double x) { return static_cast<float>(x); });
+                       [](double x) { return static_cast<float>(x * log2_e); });
       }
       if constexpr (is_shaw<Policy>::value) {
         hc.shaw_ak_t = hc.head.ak.transpose().template cast<Real>();

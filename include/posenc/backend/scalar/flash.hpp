@@ -87,6 +87,9 @@ struct kv_block {
   }
 };
 
+/// log2(e): the SIMD lane kernel computes its softmax in base 2 (backend/simd/flash.hpp).
+inline constexpr double log2_e = 1.4426950408889634074;
+
 /// What one (batch, head) contributes to its tiles: its policy head, its keys and
 /// values, and the policy data the tiles read directly (ALiBi slope, T5 lookup, Shaw).
 template <class Policy, class Real>
@@ -96,9 +99,10 @@ struct head_context {
   kv_block<Real> k, v;
   rmat<Real> shaw_ak_t;  ///< Shaw a^K transposed [d, rows]
   rmat<Real> shaw_av;    ///< Shaw a^V [rows, dv]
-  /// T5, for the SIMD lane kernel: bias_by_rel in float, reversed (entry t is
-  /// bias_by_rel[size - 1 - t]) so that the consecutive query rows of a vector read
-  /// consecutive entries, then 16 zeros (the widest vector) for its padding rows.
+  /// T5, for the SIMD lane kernel: bias_by_rel times log2(e) (its logits are base 2) in
+  /// float, reversed (entry t is bias_by_rel[size - 1 - t]) so that the consecutive query
+  /// rows of a vector read consecutive entries, then 16 zeros (the widest vector) for its
+  /// padding rows.
   std::vector<float> t5_reversed;
 };
 
@@ -167,6 +171,10 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
       for (Index c = 0; c < d; ++c) ws.row(c) = to_real<double>(q(i, c));
       hc.head.transform_query(pos, ws.row);
       for (Index c = 0; c < d; ++c) ws.q(r, c) = static_cast<Real>(ws.row(c) * ci.scale);
+    } else if (q.inner_contiguous()) {  // unit stride: a loop the compiler vectorises
+      const TQ* src = q.vector_ptr(i);
+      Real* dst = ws.q.row(r).data();
+      for (Index c = 0; c < d; ++c) dst[c] = static_cast<Real>(to_real<double>(src[c]) * ci.scale);
     } else {
       for (Index c = 0; c < d; ++c)
         ws.q(r, c) = static_cast<Real>(to_real<double>(q(i, c)) * ci.scale);
@@ -357,7 +365,12 @@ void write_normalised(const workspace<Real>& ws, Index r0, Index nb,
   const Index dv = out.extent(1);
   for (Index r = 0; r < nb; ++r) {
     const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
-    for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(acc(r, c) * inv);
+    if (out.inner_contiguous()) {
+      T* dst = out.vector_ptr(r0 + r);
+      for (Index c = 0; c < dv; ++c) dst[c] = static_cast<T>(acc(r, c) * inv);
+    } else {
+      for (Index c = 0; c < dv; ++c) out(r0 + r, c) = static_cast<T>(acc(r, c) * inv);
+    }
   }
 }
 

@@ -85,13 +85,9 @@ inline avx2_f32 abs(avx2_f32 a) noexcept { return {_mm256_andnot_ps(_mm256_set1_
 inline avx2_f32 round_nearest(avx2_f32 a) noexcept {
   return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
-inline avx2_f32 mul_pow2(avx2_f32 a, avx2_f32 n) noexcept {
-  // 2^n as two normal factors 2^h and 2^(n-h), h = floor(n / 2), each in [-126, 64]
-  const __m256i ni = _mm256_cvtps_epi32(n.v), h = _mm256_srai_epi32(ni, 1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
-  const __m256 f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
-  return {_mm256_mul_ps(_mm256_mul_ps(a.v, f1), f2)};
+inline avx2_f32 pow2(avx2_f32 n) noexcept {
+  const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(e, 23))};
 }
 
 // double

@@ -91,8 +91,10 @@ inline avx512_f32 abs(avx512_f32 a) noexcept {
 inline avx512_f32 round_nearest(avx512_f32 a) noexcept {
   return {_mm512_maskz_roundscale_ps(0xFFFF, a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
-inline avx512_f32 mul_pow2(avx512_f32 a, avx512_f32 n) noexcept {
-  return {_mm512_maskz_scalef_ps(0xFFFF, a.v, n.v)};
+inline avx512_f32 pow2(avx512_f32 n) noexcept {
+  // the exponent field, as on AVX2 and NEON (scalef would give 2^-127 a subnormal, not 0)
+  const __m512i e = _mm512_add_epi32(_mm512_maskz_cvtps_epi32(0xFFFF, n.v), _mm512_set1_epi32(127));
+  return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, e, 23))};
 }
 
 // double

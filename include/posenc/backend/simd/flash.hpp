@@ -9,13 +9,13 @@
 /// Layout: one query row per SIMD lane. A block's queries are transposed once, and every
 /// per-tile quantity then keeps rows in lanes (W = lanes of the packet):
 ///
-///     Qt [d, 128]     scale · Q_Rᵀ                    (once per block)
+///     Qt [d, 128]     log2(e) · scale · Q_Rᵀ          (once per block)
 ///     St [nk, 128]    St[j] = Σ_c K[j, c] · Qt[c]     W rows per vector, K broadcast
 ///     m, l            running max / sum, one lane per row (l in double)
 ///     Ot [dv, 128]    Ot[c] = α·Ot[c] + Σ_j V[j, c] · Pt[j]
 ///
 /// so the row max, the exp and the row sum are vertical (lane-wise) operations on whole
-/// vectors, the rescale by α = exp(m_old − m_new) is fused into the P·V kernel's loads, and K
+/// vectors, the rescale by α = 2^(m_old − m_new) is fused into the P·V kernel's loads, and K
 /// and V are read in place (one broadcast per element, no packing). The register tile is
 /// R vectors of rows by C keys (Q·Kᵀ) or C value columns (P·V), sized per architecture
 /// (register_tile below) so that R·C accumulators, R row vectors and one broadcast fit in
@@ -29,9 +29,12 @@
 /// portable kernel; begin_block records which in `ws.lanes`, so accumulate and
 /// finish_block follow the same path.
 ///
-/// Numerics: the products sum over d in order with one FMA per term; exp is a degree-7
-/// polynomial after reduction by ln 2 (under 1 ulp where the result is normal, tested;
-/// arguments below about -104 give 0, masked keys exactly 0). Results do not depend on
+/// Numerics: the logits are in base 2 (log2(e) is folded into the query scale, and into
+/// the ALiBi slope and the T5 table), so softmax needs 2^x, whose reduction x = n + r is
+/// exact: a degree-6 polynomial for 2^r times 2^n (under 1 ulp where the result is normal,
+/// tested; probabilities below 2^-126 may be flushed to 0, masked keys are exactly 0).
+/// Each query element is still rounded to float once, times scale · log2(e) in double.
+/// Results do not depend on
 /// the thread count and are within the flash parity bound of the reference, not
 /// bit-identical to the portable kernel. Each lane does the same IEEE operations on every
 /// architecture, but the causal diagonal's per-vector segments (16, 8 or 4 rows) round the
@@ -105,15 +108,15 @@ alignas(64) inline constexpr float ones[64] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 /// ALiBi inside the tile, per lane: bias = -m · |ref - j|, j counted from the tile's first
-/// key. ref is the row's position (symmetric form, while the row sees its own position)
-/// or its last visible key (causal form, or a symmetric row past every visible key),
-/// minus the tile's first key: the portable kernel's row shift, and the same float
-/// values, since integer distances below 2^24 are exact in float. (In the last two cases
-/// ref - j >= 0 at every visible key, so one |.| serves all three.)
+/// key, m the slope times log2(e). ref is the row's position (symmetric form, while the
+/// row sees its own position) or its last visible key (causal form, or a symmetric row
+/// past every visible key), minus the tile's first key: the portable kernel's row shift
+/// (integer distances below 2^24 are exact in float). (In the last two cases ref - j >= 0
+/// at every visible key, so one |.| serves all three.)
 ///
 /// T5 inside the tile: the bias of lane i (position p0 + i) at key j0 + j is
-/// bias_by_rel[j0 + j - p0 - i - rel_min]: in the reversed float table (head_context::
-/// t5_reversed) the lanes of a vector are consecutive entries starting at t5 - j.
+/// log2(e) · bias_by_rel[j0 + j - p0 - i - rel_min]: in the reversed float table
+/// (head_context::t5_reversed) the lanes of a vector are consecutive entries from t5 - j.
 struct lane_bias {
   bool on = false;
   float m = 0.0f;
@@ -121,25 +124,25 @@ struct lane_bias {
   const float* t5 = nullptr;   ///< T5: key 0's entries (nullptr: ALiBi)
 };
 
-/// exp(x) for x <= 0 or NaN (the softmax's arguments): x = n ln2 + r, |r| <= ln2 / 2,
-/// exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9), times 2^n. Arguments
-/// below -110 are taken as -110, whose exp (2^-159) rounds to 0; NaN stays NaN.
+/// 2^x for x <= 0 or NaN (the softmax's arguments): n = round(x), r = x - n (exact, |r|
+/// <= 1/2), 2^r by a degree-6 polynomial (minimax for the relative error on [-1/2, 1/2]:
+/// 1.9e-9; 0.93 ulp measured with float coefficients and FMAs), times 2^n from the
+/// exponent field. Arguments are clamped at -127, where 2^n becomes 0: results below
+/// about 2^-126.5 are 0 (-inf gives 0, as it must for a row that saw no finite logit); NaN
+/// stays NaN.
 template <class P>
-inline P exp_nonpositive(P x) noexcept {
-  x = max(P::broadcast(-110.0f), x);  // a NaN x stays: x86 returns the second operand
-  const P n = round_nearest(x * P::broadcast(1.44269504088896341f));
-  // ln 2 in two parts: n · 0.693359375 is exact for |n| < 2^15
-  P r = fnmadd(n, P::broadcast(0.693359375f), x);
-  r = fnmadd(n, P::broadcast(-2.12194440e-4f), r);
-  P p = P::broadcast(1.0f / 5040.0f);
-  p = fmadd(p, r, P::broadcast(1.0f / 720.0f));
-  p = fmadd(p, r, P::broadcast(1.0f / 120.0f));
-  p = fmadd(p, r, P::broadcast(1.0f / 24.0f));
-  p = fmadd(p, r, P::broadcast(1.0f / 6.0f));
-  p = fmadd(p, r, P::broadcast(0.5f));
+inline P exp2_nonpositive(P x) noexcept {
+  x = max(P::broadcast(-127.0f), x);  // a NaN x stays: x86 returns the second operand
+  const P n = round_nearest(x);
+  const P r = x - n;
+  P p = P::broadcast(1.53458110e-4f);
+  p = fmadd(p, r, P::broadcast(1.33999309e-3f));
+  p = fmadd(p, r, P::broadcast(9.61848907e-3f));
+  p = fmadd(p, r, P::broadcast(5.55032864e-2f));
+  p = fmadd(p, r, P::broadcast(2.40226462e-1f));
+  p = fmadd(p, r, P::broadcast(6.93147182e-1f));
   p = fmadd(p, r, P::broadcast(1.0f));
-  p = fmadd(p, r, P::broadcast(1.0f));
-  return mul_pow2(p, n);
+  return p * pow2(n);
 }
 
 /// St[j, rows] = Σ_c K[j, c] Qt[c, rows] for C keys and R vectors of rows.
@@ -254,15 +257,15 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, bool
       mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx), mx);
     }
   }
-  // α = exp(m_old - m_new); 1 where the max did not move (also when both are -inf)
-  const P a = select(equal(m_old, mx), P::broadcast(1.0f), exp_nonpositive(m_old - mx));
+  // α = 2^(m_old - m_new); 1 where the max did not move (also when both are -inf)
+  const P a = select(equal(m_old, mx), P::broadcast(1.0f), exp2_nonpositive(m_old - mx));
   // rows whose max is still -inf saw no finite logit: subtracting 0 instead gives exp(-inf)
   // = 0 for their keys, NaN for a NaN one
   const P shift = select(equal(mx, neg_inf), P::zero(), mx);
   P sum = P::zero();
   for (Index j = 0; j < nk; ++j) {
     float* s = st + j * lds;
-    P p = exp_nonpositive(P::load(s) - shift);
+    P p = exp2_nonpositive(P::load(s) - shift);
     if (!full) p = select(less(P::broadcast(static_cast<float>(j)), visible), p, P::zero());
     p.store(s);
     sum = sum + p;
@@ -302,30 +305,32 @@ template <class Policy, class Real, class TQ, class Arch,
 Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
                   const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws,
                   Arch const&) noexcept {
-  const Index max_lim = begin_block(hc, ci, q, r0, nb, ws, backend::scalar{});
-  ws.lanes = false;
+  bool take = false;
   if constexpr (lanes::supports<Policy, Real>()) {
     const attention_mask& mask = *ci.mask;
     const bool exact_distances = !std::is_same_v<Policy, alibi_policy> || ci.shape.len_k < (Index(1) << 24);
-    if (nb > tiles<Real>::decode_rows && mask.allowed.size() == 0 && mask.additive.size() == 0 &&
-        exact_distances) {
-      ws.lanes = true;
-      const Index d = ci.shape.dim, dv = ci.shape.dim_v, w = lanes::padded_rows<Arch>(nb);
-      // a plain loop: Eigen's AVX-512 transpose kernels trip GCC 12's
-      // -Wmaybe-uninitialized once inlined (see simd/avx512.hpp)
-      for (Index c = 0; c < d; ++c) {
-        Real* dst = ws.qt.row(c).data();
-        for (Index r = 0; r < nb; ++r) dst[r] = ws.q(r, c);
-        std::fill(dst + nb, dst + w, Real(0));
-      }
-      ws.ot.topLeftCorner(dv, w).setZero();
-      for (Index r = nb; r < w; ++r) {  // padding rows: see nothing, add nothing
-        const std::size_t ur = static_cast<std::size_t>(r);
-        ws.m[ur] = -std::numeric_limits<Real>::infinity();
-        ws.l[ur] = 0.0;
-        ws.lim[ur] = 0;
-      }
-    }
+    take = nb > tiles<Real>::decode_rows && mask.allowed.size() == 0 && mask.additive.size() == 0 &&
+           exact_distances;
+  }
+  if (!take) return begin_block(hc, ci, q, r0, nb, ws, backend::scalar{});
+  call_info base2 = ci;  // base-2 logits (see the file comment)
+  base2.scale = ci.scale * log2_e;
+  const Index max_lim = begin_block(hc, base2, q, r0, nb, ws, backend::scalar{});
+  ws.lanes = true;
+  const Index d = ci.shape.dim, dv = ci.shape.dim_v, w = lanes::padded_rows<Arch>(nb);
+  // a plain loop: Eigen's AVX-512 transpose kernels trip GCC 12's
+  // -Wmaybe-uninitialized once inlined (see simd/avx512.hpp)
+  for (Index c = 0; c < d; ++c) {
+    Real* dst = ws.qt.row(c).data();
+    for (Index r = 0; r < nb; ++r) dst[r] = ws.q(r, c);
+    std::fill(dst + nb, dst + w, Real(0));
+  }
+  ws.ot.topLeftCorner(dv, w).setZero();
+  for (Index r = nb; r < w; ++r) {  // padding rows: see nothing, add nothing
+    const std::size_t ur = static_cast<std::size_t>(r);
+    ws.m[ur] = -std::numeric_limits<Real>::infinity();
+    ws.l[ur] = 0.0;
+    ws.lim[ur] = 0;
   }
   return max_lim;
 }
@@ -351,7 +356,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
       lanes::lane_bias bias;
       if constexpr (std::is_same_v<Policy, alibi_policy>) {
         bias.on = true;
-        bias.m = static_cast<float>(hc.head.m);
+        bias.m = static_cast<float>(hc.head.m * log2_e);
         bias.ref = ref;
       }
       if constexpr (std::is_same_v<Policy, t5_bias_policy>) bias.on = true;

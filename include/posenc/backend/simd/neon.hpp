@@ -76,12 +76,9 @@ inline uint32x4_t equal(neon_f32 a, neon_f32 b) noexcept { return vceqq_f32(a.v,
 inline neon_f32 select(uint32x4_t m, neon_f32 a, neon_f32 b) noexcept { return {vbslq_f32(m, a.v, b.v)}; }
 inline neon_f32 abs(neon_f32 a) noexcept { return {vabsq_f32(a.v)}; }
 inline neon_f32 round_nearest(neon_f32 a) noexcept { return {vrndnq_f32(a.v)}; }
-inline neon_f32 mul_pow2(neon_f32 a, neon_f32 n) noexcept {
-  // 2^n as two normal factors 2^h and 2^(n-h), h = floor(n / 2), each in [-126, 64]
-  const int32x4_t ni = vcvtnq_s32_f32(n.v), h = vshrq_n_s32(ni, 1), bias = vdupq_n_s32(127);
-  const float32x4_t f1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(h, bias), 23));
-  const float32x4_t f2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vsubq_s32(ni, h), bias), 23));
-  return {vmulq_f32(vmulq_f32(a.v, f1), f2)};
+inline neon_f32 pow2(neon_f32 n) noexcept {
+  const int32x4_t e = vaddq_s32(vcvtnq_s32_f32(n.v), vdupq_n_s32(127));
+  return {vreinterpretq_f32_s32(vshlq_n_s32(e, 23))};
 }
 
 // double

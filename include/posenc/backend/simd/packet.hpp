@@ -34,9 +34,8 @@
 ///                                     lane mask (vector or k-mask) for select
 ///     select(m, a, b)                 m ? a : b, lane-wise
 ///     abs(a)  round_nearest(a)        |a|; nearest integer, ties to even
-///     mul_pow2(a, n)                  a · 2^n for integral n in [-252, 127], rounded once
-///                                     where the result is normal (subnormal results may
-///                                     round twice on AVX2 and NEON: two scalings)
+///     pow2(n)                         2^n for integral n in [-126, 127], built in the
+///                                     exponent field; n = -127 gives +0 (the field's zero)
 ///
 /// IEEE single/double arithmetic is the same on every architecture, so a kernel written
 /// with the lane-wise operations gives bit-identical results on AVX2, AVX-512 and NEON
