@@ -227,9 +227,10 @@ inline void pv(int r, int c, const float* pt, Index ldp, const float* v, Index l
 /// Online softmax of one vector of rows over the tile's nk keys, in place on St (logits ->
 /// probabilities): updates m (float lanes) and l (double lanes) and writes α. `vis[lane]`
 /// is how many of the tile's first nk keys the row sees (a prefix: causal and key_lengths),
-/// as an exact float; `full` says every lane sees all nk keys.
+/// as an exact float; every lane sees the first `low` keys, so only keys [low, nk) need
+/// the per-lane test (on a causal diagonal, a vector's last W keys at most).
 template <class P>
-inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, bool full, float* m,
+inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Index low, float* m,
                           double* l, float* alpha, const lane_bias& bias) noexcept {
   const P neg_inf = P::broadcast(-std::numeric_limits<float>::infinity());
   const P visible = P::load(vis);
@@ -248,25 +249,27 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, bool
   }
   const P m_old = P::load(m);
   P mx = m_old;
-  if (full) {
-    for (Index j = 0; j < nk; ++j) mx = max(P::load(st + j * lds), mx);
-  } else {
-    for (Index j = 0; j < nk; ++j) {
-      // a NaN logit is passed over here on x86 (max returns its second operand), made the
-      // max on NEON; either way it turns the row's sum into NaN below
-      mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx), mx);
-    }
-  }
+  // a NaN logit is passed over here on x86 (max returns its second operand), made the max
+  // on NEON; either way it turns the row's sum into NaN below
+  for (Index j = 0; j < low; ++j) mx = max(P::load(st + j * lds), mx);
+  for (Index j = low; j < nk; ++j)
+    mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx), mx);
   // α = 2^(m_old - m_new); 1 where the max did not move (also when both are -inf)
   const P a = select(equal(m_old, mx), P::broadcast(1.0f), exp2_nonpositive(m_old - mx));
   // rows whose max is still -inf saw no finite logit: subtracting 0 instead gives exp(-inf)
   // = 0 for their keys, NaN for a NaN one
   const P shift = select(equal(mx, neg_inf), P::zero(), mx);
   P sum = P::zero();
-  for (Index j = 0; j < nk; ++j) {
+  for (Index j = 0; j < low; ++j) {
     float* s = st + j * lds;
-    P p = exp2_nonpositive(P::load(s) - shift);
-    if (!full) p = select(less(P::broadcast(static_cast<float>(j)), visible), p, P::zero());
+    const P p = exp2_nonpositive(P::load(s) - shift);
+    p.store(s);
+    sum = sum + p;
+  }
+  for (Index j = low; j < nk; ++j) {
+    float* s = st + j * lds;
+    const P p = select(less(P::broadcast(static_cast<float>(j)), visible),
+                       exp2_nonpositive(P::load(s) - shift), P::zero());
     p.store(s);
     sum = sum + p;
   }
@@ -409,7 +412,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
                               (j0 - p0 - hc.head.rel_min);
               bias.t5 = hc.t5_reversed.data() + t;
             }
-            lanes::softmax_lanes<P>(st, lds, ext[v], visf + o, low[v] == ext[v], ws.m.data() + o,
+            lanes::softmax_lanes<P>(st, lds, ext[v], visf + o, low[v], ws.m.data() + o,
                                     ws.l.data() + o, alpha + o, bias);
             // keys the vector does not see but its segment's P·V reads: probability 0
             for (Index j = ext[v]; j < ext_all; ++j) std::fill(st + j * lds, st + j * lds + W, 0.0f);
