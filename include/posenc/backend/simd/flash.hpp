@@ -34,11 +34,11 @@
 /// exact: a degree-6 polynomial for 2^r times 2^n (under 1 ulp where the result is normal,
 /// tested; probabilities below 2^-126 may be flushed to 0, masked keys are exactly 0).
 /// Each query element is still rounded to float once, times scale · log2(e) in double.
-/// Results do not depend on
-/// the thread count and are within the flash parity bound of the reference, not
-/// bit-identical to the portable kernel. Each lane does the same IEEE operations on every
-/// architecture, but the causal diagonal's per-vector segments (16, 8 or 4 rows) round the
-/// P·V sums differently, so the widths agree to about 1e-7, not bit for bit.
+/// Results do not depend on the thread count and are within the flash parity bound of the
+/// reference, not bit-identical to the portable kernel. Each lane does the same IEEE
+/// operations on every architecture, but the causal diagonal's per-vector segments (16, 8
+/// or 4 rows) round the P·V sums differently, so the widths agree to about 1e-7, not bit
+/// for bit.
 ///
 /// Not for direct inclusion: use posenc/attention/flash.hpp.
 
