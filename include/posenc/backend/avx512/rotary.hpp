@@ -1,12 +1,10 @@
 #pragma once
 /// \file
 /// The AVX-512 RoPE rotation: rope_rotate() overloaded on `backend::avx512 const&`. The
-/// packet kernel (backend/simd/rotary.hpp) runs on 512-bit packets for the half
-/// pairing of float and double, and for both pairings of Eigen::half and Eigen::bfloat16
-/// (whose conversions, backend/simd/lowp.hpp, are compute-bound at 8 lanes). Float and
-/// double with the interleaved pairing keep the avx2 kernel: there 512-bit packets are
-/// faster in cache but 0.65x of a read-modify-write pass on a 64 MiB Q, against 0.8-1.0x
-/// for 256-bit ones (docs/backends.md). Declared only when POSENC_ARCH_AVX512 is 1.
+/// packet kernel (backend/simd/rotary.hpp) runs on 512-bit packets for float, double,
+/// Eigen::half and Eigen::bfloat16 in both pairings (docs/backends.md has the A/B runs
+/// behind the choice); any other storage type takes the avx2 kernel. Declared only when
+/// POSENC_ARCH_AVX512 is 1.
 
 #include <type_traits>
 
@@ -21,14 +19,11 @@
 namespace posenc {
 namespace backend {
 
-/// Rotates all heads of one token (see the file comment for which packets). Never throws.
+/// Rotates all heads of one token (see the file comment for which kernel). Never throws.
 template <class T, class C>
 inline void rope_rotate(avx512 const&, const rope_token<T, C>& t) noexcept {
   if constexpr (simd::has_storage_io_v<T, avx512> && std::is_same_v<C, rope_real_t<T>>) {
-    if (std::is_floating_point_v<T> && t.pair_step != 1)
-      rope_rotate(avx2{}, t);  // float/double interleaved: 256-bit streams DRAM faster
-    else
-      simd::rope_rotate<avx512>(t);
+    simd::rope_rotate<avx512>(t);
   } else {
     rope_rotate(avx2{}, t);
   }

@@ -17,8 +17,9 @@
 /// u (|x_b s| + |y| + |y_scalar|), u = 2^-24 for float, 2^-53 for double.
 ///
 /// Loop order: heads outside, packet chunks inside, so each head is streamed in memory
-/// order; the token's cos/sin (for the interleaved pairing expanded once per token) stay in
-/// L1 and are reused by every head.
+/// order; the token's cos/sin stay in registers (half pairing, up to 8 packets) or in L1
+/// (the interleaved pairing expands them once per token) and are reused by every head. The
+/// interleaved pairing walks four heads side by side, so each cos/sin load serves four.
 ///
 ///     half         chunk i: a = x[i .. i+W), b = x[i+r/2 .. i+r/2+W), c, s = cos/sin[i .. i+W)
 ///                  y_a = fnmadd(b, s, a c),  y_b = fmadd(a, s, b c)
@@ -158,23 +159,36 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
       sb[2 * i] = -sn;
       sb[2 * i + 1] = sn;
     }
-    for (Index h = 0; h < t.heads; ++h) {
-      const T* x = t.in + h * t.in_head_stride;
-      T* y = t.out + h * t.out_head_stride;
+    // Four heads per pass over the expanded cos/sin: one load of each serves four
+    // rotations (the stack copy is reloaded from L1 for every packet; an 8-lane register
+    // file cannot hold it), and four neighbouring streams keep the prefetchers busy.
+    // Heads one at a time were 1.3-1.5x slower in L2 and 1.15x on a 64 MiB Q (AVX2).
+    constexpr Index group = 4;
+    const Index ihs = t.in_head_stride, ohs = t.out_head_stride;
+    // g heads from h (g = group as a compile-time constant for full groups): the g loads
+    // are issued before the g stores, which the compiler may not reorder itself (the heads
+    // could alias as far as it knows)
+    const auto pass = [&](Index h, auto g) {
+      const T* x = t.in + h * ihs;
+      T* y = t.out + h * ohs;
+      P v[group];
       Index e = 0;
       for (; e + W <= r; e += W) {
-        const P v = IO::load(x + e);
-        IO::store(y + e, fmadd(swap_pairs(v), P::load(sb + e), v * P::load(cb + e)));
+        const P c = P::load(cb + e), s = P::load(sb + e);
+        for (Index j = 0; j < g; ++j) v[j] = IO::load(x + j * ihs + e);
+        for (Index j = 0; j < g; ++j) IO::store(y + j * ohs + e, fmadd(swap_pairs(v[j]), s, v[j] * c));
       }
       if (e < r) {
-        const int lanes = static_cast<int>(r - e);
-        const P v = IO::load_partial(x + e, lanes);
-        IO::store_partial(y + e,
-                          fmadd(swap_pairs(v), P::load_partial(sb + e, lanes),
-                                v * P::load_partial(cb + e, lanes)),
-                          lanes);
+        const int n = static_cast<int>(r - e);
+        const P c = P::load_partial(cb + e, n), s = P::load_partial(sb + e, n);
+        for (Index j = 0; j < g; ++j) v[j] = IO::load_partial(x + j * ihs + e, n);
+        for (Index j = 0; j < g; ++j)
+          IO::store_partial(y + j * ohs + e, fmadd(swap_pairs(v[j]), s, v[j] * c), n);
       }
-    }
+    };
+    Index h = 0;
+    for (; h + group <= t.heads; h += group) pass(h, std::integral_constant<Index, group>{});
+    if (h < t.heads) pass(h, t.heads - h);
   } else {
     // interleaved, very wide rotation: expand one chunk at a time, heads inside
     for (Index e = 0; e < r; e += W) {
