@@ -127,6 +127,7 @@ struct workspace {
   rmat<Real> qt;  ///< [d, block_q]: q of the block
   rmat<Real> st;  ///< [block_k, block_q]: logits, then probabilities
   rmat<Real> ot;  ///< [dv, block_q]: unnormalised outputs
+  rmat<Real> vt;  ///< [block_k, dv + 16]: the key tile's rows of V, copied
   bool lanes = false;  ///< the current block uses the transposed buffers
 
   /// Sizes the buffers for blocks of up to `bq` query rows.
@@ -146,6 +147,7 @@ struct workspace {
     qt.resize(d, bq + 16);
     st.resize(bk, bq + 16);
     ot.resize(dv, bq + 16);
+    vt.resize(bk, dv + 16);
   }
 };
 

@@ -4,7 +4,7 @@
 /// tag that has them (avx2, avx512, neon): begin_block / accumulate / finish_block
 /// overloaded on the tag, with the same online softmax as the portable kernel
 /// (backend/scalar/flash.hpp) but its own register-blocked products, so no tile is
-/// re-packed the way a general GEMM must.
+/// re-packed the way a general GEMM must (V's rows are copied, see accumulate).
 ///
 /// Layout: one query row per SIMD lane. A block's queries are transposed once, and every
 /// per-tile quantity then keeps rows in lanes (W = lanes of the packet):
@@ -16,7 +16,8 @@
 ///
 /// so the row max, the exp and the row sum are vertical (lane-wise) operations on whole
 /// vectors, the rescale by α = 2^(m_old − m_new) is fused into the P·V kernel's loads, and K
-/// and V are read in place (one broadcast per element, no packing). The register tile is
+/// and V are read with one broadcast per element (K in place, V's rows copied per key
+/// tile to a stride that spreads them over L1's sets). The register tile is
 /// R vectors of rows by C keys (Q·Kᵀ) or C value columns (P·V), sized per architecture
 /// (register_tile below) so that R·C accumulators, R row vectors and one broadcast fit in
 /// the register file.
@@ -363,8 +364,22 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
         bias.ref = ref;
       }
       if constexpr (std::is_same_v<Policy, t5_bias_policy>) bias.on = true;
+      const Index ldv = ws.vt.cols();
       for (Index j0 = kbeg; j0 < kend; j0 += bk) {
         const Index nk = std::min(bk, kend - j0);
+        // The tile's V rows, copied to rows dv + 16 floats apart: in the caller's
+        // [.., L, H, dv] layout they lie H·dv floats apart, often a multiple of 4 KiB, and a
+        // P·V pass (one line of each of nk rows) would then keep them in a few of L1's sets
+        // and miss at every key. The copy made attention 7-25 % faster at d = 128, 3-6 %
+        // at d = 64 (AVX-512 and AVX2, docs/benchmarks.md); a copy of K gained nothing.
+        for (Index j = 0; j < nk; ++j) {
+          const float* src = hc.v.data + (j0 + j) * hc.v.ld;
+          float* dst = ws.vt.data() + j * ldv;
+          Index c = 0;
+          for (; c + W <= dv; c += W) P::load(src + c).store(dst + c);
+          const int tail = static_cast<int>(dv - c);
+          if (tail > 0) P::load_partial(src + c, tail).store_partial(dst + c, tail);
+        }
         for (Index r = 0; r < w; ++r) {
           vis[r] = std::clamp<Index>(ws.lim[static_cast<std::size_t>(r)] - j0, 0, nk);
           visf[r] = static_cast<float>(vis[r]);
@@ -422,7 +437,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
           if (ext[0] == ext_all) {  // one segment: the rescale fused into the product
             for (Index c = 0; c < dv; c += CK)
               lanes::pv<Arch>(nr, static_cast<int>(std::min<Index>(CK, dv - c)), ws.st.data() + rv * W, lds,
-                              hc.v.data + j0 * hc.v.ld + c, hc.v.ld, ext_all, a,
+                              ws.vt.data() + c, ldv, ext_all, a,
                               ws.ot.data() + c * ldo + rv * W, ldo);
             continue;
           }
@@ -436,7 +451,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
             for (Index c = 0; c < dv; c += CK)
               lanes::pv<Arch>(nr - sg, static_cast<int>(std::min<Index>(CK, dv - c)),
                               ws.st.data() + lo * lds + (rv + sg) * W, lds,
-                              hc.v.data + (j0 + lo) * hc.v.ld + c, hc.v.ld, pm[sg] - lo, lanes::ones,
+                              ws.vt.data() + lo * ldv + c, ldv, pm[sg] - lo, lanes::ones,
                               ws.ot.data() + c * ldo + (rv + sg) * W, ldo);
           }
         }
