@@ -318,17 +318,18 @@ inline void prefetch_row(const Real* p, Index n) noexcept {
 /// [keys, heads, d] buffer are then read as one forward stream of whole rows, where one
 /// head at a time reads 512 bytes of every 4 KiB row (d = 128, 8 heads), an access pattern
 /// the hardware prefetchers follow at about half the bandwidth (measured: a plain sum in
-/// that order reached 20 GB/s, in key order 40 GB/s). Rows are also prefetched a few keys
+/// that order reached 20 GB/s, in key order 40 GB/s). Rows are also prefetched 64 keys
 /// ahead: the dot products and row updates between the loads leave too few misses in
 /// flight for the hardware prefetchers alone (decode at 0.55x of a plain read without,
-/// 0.75-0.8x with). The same steps as accumulate with dot products and row updates instead
+/// 0.75-0.8x with, on an AMD EPYC where 4-32 keys ahead did alike; on an Intel Xeon 8 keys
+/// ahead gave 0.68-0.71x, 64 or 128 keys 0.80-0.82x). The same steps as accumulate with dot products and row updates instead
 /// of GEMMs, so sums run in another order (results agree within rounding, and do not
 /// depend on the thread count).
 template <class Policy, class Real>
 void accumulate_heads(const head_context<Policy, Real>* hcs, Index count, const call_info& ci,
                       Index nb, Index kbeg, Index kend, workspace<Real>* ws) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
-  constexpr Index prefetch_keys = 8;  // 4-32 measured alike (d = 128, 8 heads)
+  constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
   using crow = Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>;
   const Index d = ci.shape.dim, dv = ci.shape.dim_v;
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
