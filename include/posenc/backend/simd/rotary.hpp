@@ -165,8 +165,9 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
     // file cannot hold it). Heads one at a time were 1.3-1.5x slower in L2 (AVX2, and
     // 2x on AVX-512). Four streams 512 bytes apart outran an AMD Zen 5's hardware
     // prefetchers, though (a 64 MiB Q ran at 0.55x of a read-modify-write pass, against
-    // 0.8-0.9x one head at a time), so each line is also asked for `ahead` bytes early: the
-    // data a few heads on in [L, H, D], a few tokens on in [H, L, D] (docs/backends.md).
+    // 0.8-0.9x one head at a time), so each line is also asked for `ahead` bytes early:
+    // with float and D = 128, the line 16 heads on in [L, H, D], 16 tokens on in [H, L, D]
+    // (docs/backends.md).
     constexpr Index group = 4;
     constexpr std::uintptr_t ahead = 8192;
     constexpr Index line = 64 / static_cast<Index>(sizeof(T));
@@ -181,9 +182,12 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
       Index e = 0;
       for (; e + W <= r; e += W) {
         const P c = P::load(cb + e), s = P::load(sb + e);
-        if (e % line == 0)  // integer arithmetic: the address may lie past the buffer
-          for (Index j = 0; j < g; ++j)
-            POSENC_PREFETCH(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(x + j * ihs + e) + ahead));
+        if (e % line == 0)
+          for (Index j = 0; j < g; ++j) {
+            // integer arithmetic: the address may lie past the buffer
+            const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(x + j * ihs + e) + ahead;
+            POSENC_PREFETCH(reinterpret_cast<const void*>(at));
+          }
         for (Index j = 0; j < g; ++j) v[j] = IO::load(x + j * ihs + e);
         for (Index j = 0; j < g; ++j) IO::store(y + j * ohs + e, fmadd(swap_pairs(v[j]), s, v[j] * c));
       }
