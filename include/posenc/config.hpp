@@ -59,9 +59,12 @@
 #define POSENC_INLINE inline __attribute__((always_inline))
 #endif
 
-/// Hints the cache to fetch the line at address p for reading (no-op where unsupported).
+/// Hints the cache to fetch the line at address p for reading, or (_WRITE) for writing
+/// (no-ops where unsupported).
 #if defined(__GNUC__) || defined(__clang__)
 #define POSENC_PREFETCH(p) __builtin_prefetch(p)
+#define POSENC_PREFETCH_WRITE(p) __builtin_prefetch(p, 1)
 #else
 #define POSENC_PREFETCH(p) ((void)(p))
+#define POSENC_PREFETCH_WRITE(p) ((void)(p))
 #endif

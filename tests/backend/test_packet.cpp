@@ -195,7 +195,49 @@ void check_lane_exp() {
   CHECK(worst <= 1.5);
 }
 
+/// P::transpose on one square, and the lane kernel's rectangular transpose built on it,
+/// against the definition dst[c, r] = src[r, c]; strides wider than the data, and every
+/// value of dst outside the transposed rectangle left as it was.
+template <class B>
+void check_transpose() {
+  using P = posenc::simd::packet<float, B>;
+  constexpr int W = P::size;
+  INFO("backend " << B::name());
+  for (const int rows : {1, W - 1, W, W + 1, 2 * W + 3, 37})
+    for (const int cols : {1, W - 1, W, 3 * W, 3 * W + 5}) {
+      if (rows < 1 || cols < 1) continue;
+      INFO(rows << " x " << cols);
+      const posenc::Index lds = cols + 3, ldd = rows + 5;
+      std::vector<float> src(static_cast<std::size_t>(rows * lds));
+      std::vector<float> dst(static_cast<std::size_t>(cols * ldd), -1.0f);
+      for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
+      if (rows == W && cols == W) {
+        P::transpose(src.data(), lds, dst.data(), ldd);
+      } else {
+        posenc::detail::flash::lanes::transpose<P>(src.data(), lds, rows, cols, dst.data(), ldd);
+      }
+      int wrong = 0;
+      for (int c = 0; c < cols; ++c)
+        for (posenc::Index r = 0; r < ldd; ++r) {
+          const float got = dst[static_cast<std::size_t>(c * ldd + r)];
+          const float want = r < rows ? src[static_cast<std::size_t>(r * lds + c)] : -1.0f;
+          wrong += got != want;
+        }
+      CHECK(wrong == 0);
+    }
+}
+
 }  // namespace
+
+TEST_CASE("packets: transposes of squares and of the lane kernel's blocks",
+          "[backend][simd][packet]") {
+  int tested = 0;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    check_transpose<decltype(tag)>();
+    ++tested;
+  });
+  CHECK(tested == POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON);
+}
 
 TEST_CASE("packets: the lane softmax's comparisons, select, rounding and exp", "[backend][simd][packet]") {
   int tested = 0;

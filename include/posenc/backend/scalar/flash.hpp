@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -159,14 +160,13 @@ struct call_info {
 };
 
 /// Loads query rows [r0, r0 + nb) of one head into ws.q (scaled, transformed) and resets
-/// the running statistics; returns the largest visible key limit of the block.
+/// their running statistics; returns the largest visible key limit of the block. Shared by
+/// every kernel's begin_block, which then sets up its own accumulators.
 template <class Policy, class Real, class TQ>
-Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
-                  const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws,
-                  backend::scalar const&) noexcept {
+Index load_block(const head_context<Policy, Real>& hc, const call_info& ci,
+                 const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws) noexcept {
   const Index d = ci.shape.dim;
   Index max_lim = 0;
-  ws.lanes = false;
   for (Index r = 0; r < nb; ++r) {
     const Index i = r0 + r, pos = ci.shape.q_offset + i;
     if constexpr (Policy::transforms_queries) {
@@ -187,6 +187,16 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
     ws.m[static_cast<std::size_t>(r)] = -std::numeric_limits<Real>::infinity();
     ws.l[static_cast<std::size_t>(r)] = 0.0;
   }
+  return max_lim;
+}
+
+/// Loads a block (load_block) and clears its accumulators.
+template <class Policy, class Real, class TQ>
+Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
+                  const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws,
+                  backend::scalar const&) noexcept {
+  ws.lanes = false;
+  const Index max_lim = load_block(hc, ci, q, r0, nb, ws);
   ws.o.topRows(nb).setZero();
   if constexpr (is_shaw<Policy>::value) {
     ws.qa.topRows(nb).noalias() = ws.q.topRows(nb) * hc.shaw_ak_t;
@@ -311,6 +321,22 @@ template <class Real>
 inline void prefetch_row(const Real* p, Index n) noexcept {
   const char* b = reinterpret_cast<const char*>(p);
   for (Index off = 0; off < n * static_cast<Index>(sizeof(Real)); off += 64) POSENC_PREFETCH(b + off);
+}
+
+/// Asks for the cache lines of rows [r0, r0 + n) of a [rows, dim] view with unit inner
+/// stride (others are left alone), for reading or (Write) for writing.
+template <bool Write, class T>
+inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexcept {
+  if (!x.inner_contiguous() || x.extent(1) == 0) return;
+  const Index rows = std::min(r0 + n, x.extent(0));
+  const std::uintptr_t bytes = static_cast<std::uintptr_t>(x.extent(1)) * sizeof(T);
+  for (Index r = std::max<Index>(r0, 0); r < rows; ++r) {
+    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(x.vector_ptr(r));
+    for (std::uintptr_t line = a & ~std::uintptr_t(63); line < a + bytes; line += 64) {
+      if constexpr (Write) POSENC_PREFETCH_WRITE(reinterpret_cast<const void*>(line));
+      else POSENC_PREFETCH(reinterpret_cast<const void*>(line));
+    }
+  }
 }
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each

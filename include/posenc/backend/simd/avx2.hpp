@@ -5,6 +5,8 @@
 /// Partial loads and stores use vmaskmov, which never touches the masked-off lanes' memory.
 /// The operations are listed in packet.hpp.
 
+#include <cstddef>
+
 #include "packet.hpp"
 
 #if POSENC_ARCH_AVX2
@@ -31,6 +33,28 @@ struct packet<float, backend::avx2> {
   static packet zero() noexcept { return {_mm256_setzero_ps()}; }
   void store(float* p) const noexcept { _mm256_storeu_ps(p, v); }
   void store_partial(float* p, int n) const noexcept { _mm256_maskstore_ps(p, mask(n), v); }
+
+  /// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 square: pairs interleaved, then
+  /// quads, then 128-bit halves exchanged (24 shuffles for 64 values).
+  static void transpose(const float* src, std::ptrdiff_t lds, float* dst,
+                        std::ptrdiff_t ldd) noexcept {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      const __m256 a = _mm256_loadu_ps(src + i * lds), b = _mm256_loadu_ps(src + (i + 1) * lds);
+      t[i] = _mm256_unpacklo_ps(a, b);      // a0 b0 a1 b1 | a4 b4 a5 b5
+      t[i + 1] = _mm256_unpackhi_ps(a, b);  // a2 b2 a3 b3 | a6 b6 a7 b7
+    }
+    for (int i = 0; i < 8; i += 4) {  // rows i .. i + 3, column k in 128-bit lane k % 4
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+      _mm256_storeu_ps(dst + k * ldd, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+      _mm256_storeu_ps(dst + (k + 4) * ldd, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+    }
+  }
 };
 
 template <>

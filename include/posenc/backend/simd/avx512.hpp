@@ -8,6 +8,9 @@
 /// -Wmaybe-uninitialized (-Werror) once inlined. Prefer them in new AVX-512 code too.
 /// The operations are listed in packet.hpp.
 
+#include <cstddef>
+
+#include "avx2.hpp"
 #include "packet.hpp"
 
 #if POSENC_ARCH_AVX512
@@ -33,6 +36,16 @@ struct packet<float, backend::avx512> {
   static packet zero() noexcept { return {_mm512_setzero_ps()}; }
   void store(float* p) const noexcept { _mm512_storeu_ps(p, v); }
   void store_partial(float* p, int n) const noexcept { _mm512_mask_storeu_ps(p, mask(n), v); }
+
+  /// dst[c * ldd + r] = src[r * lds + c] for a 16 x 16 square, as four 8 x 8 squares on
+  /// AVX2 registers (every AVX-512 target has AVX2, see config.hpp).
+  static void transpose(const float* src, std::ptrdiff_t lds, float* dst,
+                        std::ptrdiff_t ldd) noexcept {
+    using half = packet<float, backend::avx2>;
+    for (int r = 0; r < 16; r += 8)
+      for (int c = 0; c < 16; c += 8)
+        half::transpose(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+  }
 };
 
 template <>

@@ -5,6 +5,8 @@
 /// NEON has no masked memory access, so partial loads and stores go lane by lane.
 /// The operations are listed in packet.hpp.
 
+#include <cstddef>
+
 #include "packet.hpp"
 
 #if POSENC_ARCH_NEON
@@ -32,6 +34,18 @@ struct packet<float, backend::neon> {
     float t[4];
     vst1q_f32(t, v);
     for (int i = 0; i < n && i < 4; ++i) p[i] = t[i];
+  }
+
+  /// dst[c * ldd + r] = src[r * lds + c] for a 4 x 4 square: vtrn pairs, then halves.
+  static void transpose(const float* src, std::ptrdiff_t lds, float* dst,
+                        std::ptrdiff_t ldd) noexcept {
+    // ab: [a0 b0 a2 b2], [a1 b1 a3 b3]; cd likewise
+    const float32x4x2_t ab = vtrnq_f32(vld1q_f32(src), vld1q_f32(src + lds));
+    const float32x4x2_t cd = vtrnq_f32(vld1q_f32(src + 2 * lds), vld1q_f32(src + 3 * lds));
+    vst1q_f32(dst, vcombine_f32(vget_low_f32(ab.val[0]), vget_low_f32(cd.val[0])));
+    vst1q_f32(dst + ldd, vcombine_f32(vget_low_f32(ab.val[1]), vget_low_f32(cd.val[1])));
+    vst1q_f32(dst + 2 * ldd, vcombine_f32(vget_high_f32(ab.val[0]), vget_high_f32(cd.val[0])));
+    vst1q_f32(dst + 3 * ldd, vcombine_f32(vget_high_f32(ab.val[1]), vget_high_f32(cd.val[1])));
   }
 };
 

@@ -30,6 +30,7 @@
 ///
 /// Float packets also have what a lane-wise softmax needs (backend/simd/flash.hpp):
 ///
+///     P::transpose(src, lds, dst, ldd)  a size x size square: dst[c*ldd + r] = src[r*lds + c]
 ///     less(a, b)  equal(a, b)         ordered comparisons, false where either is NaN: a
 ///                                     lane mask (vector or k-mask) for select
 ///     select(m, a, b)                 m ? a : b, lane-wise
