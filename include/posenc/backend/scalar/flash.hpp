@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -316,27 +315,24 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
   }
 }
 
-/// Asks for the cache lines of n values at p (decode reads each K and V row once).
-template <class Real>
+/// Asks for the cache lines of n values at p, for reading or (Write) for writing: decode
+/// reads each K and V row once; the prefill loop, a block's query and output rows.
+template <bool Write = false, class Real>
 inline void prefetch_row(const Real* p, Index n) noexcept {
   const char* b = reinterpret_cast<const char*>(p);
-  for (Index off = 0; off < n * static_cast<Index>(sizeof(Real)); off += 64) POSENC_PREFETCH(b + off);
+  for (Index off = 0; off < n * static_cast<Index>(sizeof(Real)); off += 64) {
+    if constexpr (Write) POSENC_PREFETCH_WRITE(b + off);
+    else POSENC_PREFETCH(b + off);
+  }
 }
 
-/// Asks for the cache lines of rows [r0, r0 + n) of a [rows, dim] view with unit inner
-/// stride (others are left alone), for reading or (Write) for writing.
+/// prefetch_row over rows [r0, r0 + n) of a [rows, dim] view with unit inner stride
+/// (other views are left alone).
 template <bool Write, class T>
 inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexcept {
-  if (!x.inner_contiguous() || x.extent(1) == 0) return;
-  const Index rows = std::min(r0 + n, x.extent(0));
-  const std::uintptr_t bytes = static_cast<std::uintptr_t>(x.extent(1)) * sizeof(T);
-  for (Index r = std::max<Index>(r0, 0); r < rows; ++r) {
-    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(x.vector_ptr(r));
-    for (std::uintptr_t line = a & ~std::uintptr_t(63); line < a + bytes; line += 64) {
-      if constexpr (Write) POSENC_PREFETCH_WRITE(reinterpret_cast<const void*>(line));
-      else POSENC_PREFETCH(reinterpret_cast<const void*>(line));
-    }
-  }
+  if (!x.inner_contiguous()) return;
+  for (Index r = std::max<Index>(r0, 0); r < std::min(r0 + n, x.extent(0)); ++r)
+    prefetch_row<Write>(x.vector_ptr(r), x.extent(1));
 }
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
