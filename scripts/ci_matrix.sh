@@ -5,6 +5,9 @@
 #   v3     g++      -march=x86-64-v3   AVX2 + FMA backend
 #   v4     g++      -march=x86-64-v4   AVX-512 backend (also the examples: the self-checking
 #                                      ones, e.g. the N = 32768 flash run, on its kernels)
+#   bf16   g++      -march=x86-64-v4 -mavx512bf16   the bfloat16 narrowing by vcvtneps2bf16
+#                                      (POSENC_NATIVE_BF16): only the tests of the 16-bit
+#                                      conversions, and only on a host with avx512_bf16
 #   clang  clang++  -march=x86-64-v3   the second compiler, on the AVX2 kernels (also builds
 #                                      the examples, so the CLI is compiled by both compilers)
 #   arm64  aarch64-linux-gnu-g++ (cmake/toolchain-aarch64.cmake), NEON backend, the tests
@@ -15,7 +18,7 @@
 # The python reference checks and the install/consumer tests do not depend on the flags;
 # the README command runs them, so they are skipped here.
 #
-# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 clang arm64)
+# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 clang arm64)
 # Needs: POSENC_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user clang" scripts/install_deps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,13 +26,14 @@ cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 root="${CI_MATRIX_DIR:-build/ci}"
 configs=("$@")
-((${#configs[@]})) || configs=(v3 v4 clang arm64)
+((${#configs[@]})) || configs=(v3 v4 bf16 clang arm64)
 
 # Tests only, optimised but without debug info (faster to build); asserts stay on.
 common=(-G Ninja -DCMAKE_BUILD_TYPE=CI -DPOSENC_WARNINGS_AS_ERRORS=ON
         -DPOSENC_BUILD_TESTS=ON -DPOSENC_BUILD_BENCHMARKS=OFF -DPOSENC_BUILD_EXAMPLES=OFF
         -DPOSENC_INSTALL=OFF)
 skip='^(reference_|consumer_)'
+only=''  # a configuration may run only the tests matching this (ctest -R)
 json_py="$(command -v python3)"
 
 summary=()
@@ -45,6 +49,8 @@ run_config() {
   local name="$1"
   shift
   local dir="$root/$name" start=$SECONDS cpu cpu0
+  local select=(-E "$skip")
+  if [[ -n "$only" ]]; then select+=(-R "$only"); fi
   cpu_now
   cpu0=$cpu
   echo "== ci_matrix: $name"
@@ -59,7 +65,7 @@ run_config() {
     # the build's own targets (Ninja's listing): a path named in a test that is not one of
     # them (an output folder, say) is not built
     known=$(cmake --build "$dir" --target help | sed -n 's/^\([A-Za-z0-9_.+-]*\): phony$/\1/p' | tr '\n' ' ')
-    targets=$(ctest --test-dir "$dir" --show-only=json-v1 -E "$skip" | "$json_py" -c '
+    targets=$(ctest --test-dir "$dir" --show-only=json-v1 "${select[@]}" | "$json_py" -c '
 import json, os, sys
 root = os.path.realpath(sys.argv[1])
 names = set()
@@ -76,7 +82,7 @@ print(" ".join(sorted(names & set(sys.argv[2].split()))))' "$dir" "$known")
     cmake --build "$dir" -j "$jobs" --target $targets
   fi
   local tested=$SECONDS
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -E "$skip"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${select[@]}"
   cpu_now
   # CPU time as well as wall time: on a shared machine wall time includes waiting for a core
   summary+=("$(printf '%-6s build %5d s  tests %5d s  total %5d s wall, %6d s CPU' "$name" \
@@ -95,6 +101,15 @@ for c in "${configs[@]}"; do
     v4) run_config v4 -DCMAKE_CXX_COMPILER=g++ \
           -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v4 -Wno-error=uninitialized -Wno-error=maybe-uninitialized" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx512 -DPOSENC_BUILD_EXAMPLES=ON ;;
+    # needs the instructions to run the tests: skipped (and said so) on other hosts
+    bf16) if grep -qw avx512_bf16 /proc/cpuinfo; then
+            only='^(test_backend_simd|test_rotary_lowp)$' run_config bf16 -DCMAKE_CXX_COMPILER=g++ \
+              -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v4 -mavx512bf16 -Wno-error=uninitialized -Wno-error=maybe-uninitialized" \
+              -DPOSENC_TEST_EXPECTED_BACKEND=avx512 -DPOSENC_TEST_EXPECT_NATIVE_BF16=1
+          else
+            echo "== ci_matrix: bf16 skipped: this CPU has no avx512_bf16"
+            summary+=("bf16   skipped: no avx512_bf16 on this CPU")
+          fi ;;
     # clang also builds the examples (the CLI tests run), as the README build does with g++
     clang) run_config clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx2 -DPOSENC_BUILD_EXAMPLES=ON ;;
@@ -103,7 +118,7 @@ for c in "${configs[@]}"; do
     arm64) run_config arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
           -DCMAKE_CXX_FLAGS_CI="-O2 -Wno-error=use-after-free" -DPOSENC_PYTHON= \
           -DPOSENC_TEST_EXPECTED_BACKEND=neon ;;
-    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 clang arm64)" >&2; exit 2 ;;
+    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64)" >&2; exit 2 ;;
   esac
 done
 

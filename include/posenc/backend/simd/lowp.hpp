@@ -29,7 +29,13 @@
 ///     float -> bf16                    round to nearest even on the bits
 ///                                      (bits + 0x7fff + lsb) >> 16, so overflow rounds to
 ///                                      inf and subnormals are kept; NaN -> sign | 0x7fc0
-///                                      (Eigen's quiet NaN)
+///                                      (Eigen's quiet NaN). With AVX512_BF16 (e.g.
+///                                      -march=native on Zen 4 or Sapphire Rapids and
+///                                      later; POSENC_NATIVE_BF16) one vcvtneps2bf16
+///                                      does this rounding, and only vectors holding a
+///                                      NaN or a subnormal take the bit arithmetic (the
+///                                      instruction reads subnormals as 0 and keeps NaN
+///                                      payloads): the same bits either way
 ///
 /// Partial loads and stores never touch memory past the n values asked for (AVX-512 BW/VL
 /// masked 16-bit moves when the flags allow, else a small stack buffer).
@@ -45,6 +51,13 @@
 #include "avx512.hpp"
 #include "neon.hpp"
 #include "packet.hpp"
+
+/// 1 when float -> bfloat16 packet narrowing uses AVX512_BF16 (see the file comment).
+#if POSENC_ARCH_AVX512 && defined(__AVX512BF16__)
+#define POSENC_NATIVE_BF16 1
+#else
+#define POSENC_NATIVE_BF16 0
+#endif
 
 namespace posenc {
 namespace simd {
@@ -127,9 +140,18 @@ inline __m128i f32_to_f16(__m256 v) noexcept {
 }
 #endif  // __F16C__
 
+#if POSENC_NATIVE_BF16
+/// fpclass categories vcvtneps2bf16 converts unlike Eigen: QNaN, SNaN, subnormal.
+inline constexpr int bf16_special = 0x01 | 0x80 | 0x20;
+#endif
+
 /// float lanes -> bfloat16 bits, as Eigen::bfloat16(float): round to nearest even on the
 /// bits, NaN -> sign | 0x7fc0.
 inline __m128i f32_to_bf16(__m256 v) noexcept {
+#if POSENC_NATIVE_BF16
+  if (_mm256_fpclass_ps_mask(v, bf16_special) == 0)
+    return reinterpret_cast<__m128i>(_mm256_cvtneps_pbh(v));
+#endif
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i hi = _mm256_srli_epi32(bits, 16);
   const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
@@ -216,6 +238,10 @@ inline __m512 bf16_to_f32(__m256i h) noexcept {
 /// float lanes -> bfloat16 bits, as the AVX2 version: round to nearest even on the bits,
 /// NaN -> sign | 0x7fc0, then a truncating narrow (every lane is <= 0xffff).
 inline __m256i f32_to_bf16(__m512 v) noexcept {
+#if POSENC_NATIVE_BF16
+  if (_mm512_fpclass_ps_mask(v, bf16_special) == 0)
+    return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+#endif
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i hi = _mm512_maskz_srli_epi32(0xFFFF, bits, 16);
   const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
@@ -268,7 +294,8 @@ struct storage_io<Eigen::half, backend::avx512, void> {
   }
 };
 
-/// Eigen::bfloat16 on AVX-512: integer widening and rounding on 16 lanes.
+/// Eigen::bfloat16 on AVX-512: integer widening, and rounding (vcvtneps2bf16 where
+/// POSENC_NATIVE_BF16) on 16 lanes.
 template <>
 struct storage_io<Eigen::bfloat16, backend::avx512, void> {
   static constexpr bool available = true;
