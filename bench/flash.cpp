@@ -3,9 +3,12 @@
 //   eigen_gemm/N/d            the two Eigen float products of one head, S = Q·Kᵀ [N, N] and
 //                             O = S·V [N, d]: the work any attention does, without softmax
 //   flash/N/d/causal/threads  posenc::flash_multi_head_attention, 8 heads, float32
+//   flash_storage<S>/...      the same with inputs and output stored as S (Eigen::half,
+//                             Eigen::bfloat16), float32 maths
 //   flash_alibi, flash_t5     the same with ALiBi (causal) or a T5 bias (bidirectional)
-//   read_kv/keys/d            a plain read of the K and V bytes of a decode step (8 heads)
-//   decode/keys/d/threads     one query over a `keys`-long cache, 8 heads
+//   read_kv<S>/keys/d         a plain read of the K and V bytes of a decode step (8 heads),
+//                             stored as S (float, Eigen::half, Eigen::bfloat16)
+//   decode<S>/keys/d/threads  one query over a `keys`-long cache of S, 8 heads
 //
 // GFLOP/s counts the useful work of the two products, 4·d per visible (query, key) pair:
 // 4·N²·d per head without a mask, 4·d·N(N+1)/2 with the causal mask. `per_thread` is
@@ -20,7 +23,9 @@
 #include <posenc/encoding/alibi.hpp>
 #include <posenc/encoding/t5_bias.hpp>
 
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "bench_util.hpp"
 
@@ -50,12 +55,14 @@ void eigen_gemm(benchmark::State& state) {
   state.SetLabel("baseline: Eigen float GEMMs, one head");
 }
 
-void flash(benchmark::State& state) {
+template <class S>
+void flash_storage(benchmark::State& state) {
+  using smat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Index n = state.range(0), d = state.range(1), threads = state.range(3);
   const bool causal = state.range(2) != 0;
-  const fmat q = random_input(n, kHeads * d, 1), k = random_input(n, kHeads * d, 2),
-             v = random_input(n, kHeads * d, 3);
-  fmat out(n, kHeads * d);
+  const smat q = random_input(n, kHeads * d, 1).cast<S>(), k = random_input(n, kHeads * d, 2).cast<S>(),
+             v = random_input(n, kHeads * d, 3).cast<S>();
+  smat out(n, kHeads * d);
   posenc::attention_options opt;
   opt.mask.causal = causal;
   const auto qv = posenc::view_shd(q.data(), n, kHeads, d), kv = posenc::view_shd(k.data(), n, kHeads, d),
@@ -70,6 +77,8 @@ void flash(benchmark::State& state) {
   set_flops(state, useful_flops(n, d, causal, kHeads), threads);
   state.SetLabel(std::string(posenc::default_backend::name()) + (causal ? ", causal" : ""));
 }
+
+void flash(benchmark::State& state) { flash_storage<float>(state); }
 
 void flash_alibi(benchmark::State& state) {
   const Index n = state.range(0), d = state.range(1);
@@ -110,29 +119,48 @@ void flash_t5(benchmark::State& state) {
   state.SetLabel("T5 bias in the tiles, bidirectional");
 }
 
-// K and V of a decode step: [keys, 8 heads, d] each.
+// K and V of a decode step in storage type S: [keys, 8 heads, d] each.
+template <class S>
 struct kv_cache {
-  fmat k, v;
-  kv_cache(Index keys, Index d) : k(random_input(keys, kHeads * d, 2)), v(random_input(keys, kHeads * d, 3)) {}
+  using smat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  smat k, v;
+  kv_cache(Index keys, Index d)
+      : k(random_input(keys, kHeads * d, 2).cast<S>()), v(random_input(keys, kHeads * d, 3).cast<S>()) {}
+  Index bytes() const { return (k.size() + v.size()) * Index(sizeof(S)); }
 };
 
+// The largest 32-bit word of a buffer: a plain, vectorised read at any storage type (Eigen
+// has int32 packets, and a maximum cannot overflow).
+std::int32_t max_word(const void* p, Index bytes) {
+  using words = Eigen::Array<std::int32_t, Eigen::Dynamic, 1>;
+  return Eigen::Map<const words>(static_cast<const std::int32_t*>(p), bytes / 4).maxCoeff();
+}
+
+template <class S>
 void read_kv(benchmark::State& state) {
   const Index keys = state.range(0), d = state.range(1);
-  const kv_cache c(keys, d);
+  const kv_cache<S> c(keys, d);
   for (auto _ : state) {
-    float sk = c.k.sum(), sv = c.v.sum();
-    benchmark::DoNotOptimize(sk);
-    benchmark::DoNotOptimize(sv);
+    if constexpr (std::is_same_v<S, float>) {
+      float sk = c.k.sum(), sv = c.v.sum();
+      benchmark::DoNotOptimize(sk);
+      benchmark::DoNotOptimize(sv);
+    } else {
+      std::int32_t sk = max_word(c.k.data(), c.bytes() / 2), sv = max_word(c.v.data(), c.bytes() / 2);
+      benchmark::DoNotOptimize(sk);
+      benchmark::DoNotOptimize(sv);
+    }
   }
-  state.SetBytesProcessed(state.iterations() * 2 * keys * kHeads * d * Index(sizeof(float)));
+  state.SetBytesProcessed(state.iterations() * c.bytes());
   state.SetLabel("baseline: plain read of K and V");
 }
 
+template <class S>
 void decode(benchmark::State& state) {
   const Index keys = state.range(0), d = state.range(1), threads = state.range(2);
-  const kv_cache c(keys, d);
-  const fmat q = random_input(1, kHeads * d, 1);
-  fmat out(1, kHeads * d);
+  const kv_cache<S> c(keys, d);
+  const typename kv_cache<S>::smat q = random_input(1, kHeads * d, 1).cast<S>();
+  typename kv_cache<S>::smat out(1, kHeads * d);
   posenc::attention_options opt;
   opt.mask.causal = true;
   opt.q_offset = keys - 1;
@@ -145,7 +173,7 @@ void decode(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * 2 * keys * kHeads * d * Index(sizeof(float)));
+  state.SetBytesProcessed(state.iterations() * c.bytes());
   state.SetLabel("split-key decode, " + std::to_string(threads) + " thread(s)");
 }
 
@@ -179,10 +207,18 @@ BENCHMARK(eigen_gemm)
 BENCHMARK(flash)->Apply(main_grid);
 BENCHMARK(flash)->Apply(thread_grid)->UseRealTime();
 BENCHMARK(flash)->Apply(thread_grid)->MeasureProcessCPUTime();
+// 16-bit inputs (float32 maths; K and V widened once per head), against flash/2048/64/1/1.
+BENCHMARK_TEMPLATE(flash_storage, Eigen::half)->Args({2048, 64, 1, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(flash_storage, Eigen::bfloat16)->Args({2048, 64, 1, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(flash_alibi)->Args({2048, 64})->Unit(benchmark::kMillisecond);
 BENCHMARK(flash_t5)->Args({2048, 64})->Unit(benchmark::kMillisecond);
-BENCHMARK(read_kv)->Args({16384, 128})->Unit(benchmark::kMillisecond);
-BENCHMARK(decode)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);
-BENCHMARK(decode)->Args({16384, 128, 1})->Args({16384, 128, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(read_kv, float)->Args({16384, 128})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(decode, float)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(decode, float)->Args({16384, 128, 1})->Args({16384, 128, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+// A 16-bit KV cache (float32 maths): against a plain read of its own bytes.
+BENCHMARK_TEMPLATE(read_kv, Eigen::half)->Args({16384, 128})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(decode, Eigen::half)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(read_kv, Eigen::bfloat16)->Args({16384, 128})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(decode, Eigen::bfloat16)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
