@@ -312,34 +312,36 @@ TEST_CASE("views whose last axis is strided give the contiguous views' result", 
   // The loads and stores have a unit-stride fast path; every value must be the same
   // through either path, on the portable kernel (a generic bias) and the lane kernel
   // (ALiBi, where a SIMD backend is compiled).
-  const sizes z{2, 3, 3, 40, 70, 24, 16};
-  const problem<float> p(z, 61);
-  using view4 = posenc::strided_view<float, 4>;
-  const auto spread = [](const rmat<float>& m) {  // every element followed by a gap
-    rmat<float> w = rmat<float>::Constant(m.rows(), 2 * m.cols(), 5.0f);
-    for (Index c = 0; c < m.cols(); ++c) w.col(2 * c) = m.col(c);
-    return w;
-  };
-  const auto view = [&](float* data, Index len, Index dim) {
-    return view4(data, {z.batch, len, z.heads, dim},
-                 {2 * len * z.heads * dim, 2 * z.heads * dim, 2 * dim, 2});
-  };
-  rmat<float> qs = spread(p.q), ks = spread(p.k), vs = spread(p.v);
-  posenc::attention_options opt;
-  opt.mask.causal = true;
-  const auto both = [&](const auto& pol) {
-    rmat<float> out = rmat<float>::Constant(z.batch * z.len_q, 2 * z.heads * z.dim_v, 9.0f);
-    posenc::flash_multi_head_attention(view(qs.data(), z.len_q, z.dim), view(ks.data(), z.len_k, z.dim),
-                                       view(vs.data(), z.len_k, z.dim_v), view(out.data(), z.len_q, z.dim_v),
-                                       opt, pol);
-    const rmat<float> want = run_flash(p, opt, pol);
-    for (Index c = 0; c < want.cols(); ++c) {
-      CHECK(out.col(2 * c) == want.col(c));
-      CHECK((out.col(2 * c + 1).array() == 9.0f).all());  // the gaps are not written
-    }
-  };
-  both(posenc::alibi_policy(z.heads));
-  both(ramp_bias{});
+  // A decode shape too: there the strided keys and values are converted one key tile at a
+  // time, value by value.
+  for (const sizes& z : {sizes{2, 3, 3, 40, 70, 24, 16}, sizes{2, 4, 2, 2, 1500, 24, 16}}) {
+    const problem<float> p(z, 61);
+    using view4 = posenc::strided_view<float, 4>;
+    const auto spread = [](const rmat<float>& m) {  // every element followed by a gap
+      rmat<float> w = rmat<float>::Constant(m.rows(), 2 * m.cols(), 5.0f);
+      for (Index c = 0; c < m.cols(); ++c) w.col(2 * c) = m.col(c);
+      return w;
+    };
+    const auto view = [&](float* data, Index len, Index heads, Index dim) {
+      return view4(data, {z.batch, len, heads, dim}, {2 * len * heads * dim, 2 * heads * dim, 2 * dim, 2});
+    };
+    rmat<float> qs = spread(p.q), ks = spread(p.k), vs = spread(p.v);
+    posenc::attention_options opt;
+    opt.mask.causal = true;
+    const auto both = [&](const auto& pol) {
+      rmat<float> out = rmat<float>::Constant(z.batch * z.len_q, 2 * z.heads * z.dim_v, 9.0f);
+      posenc::flash_multi_head_attention(
+          view(qs.data(), z.len_q, z.heads, z.dim), view(ks.data(), z.len_k, z.kv_heads, z.dim),
+          view(vs.data(), z.len_k, z.kv_heads, z.dim_v), view(out.data(), z.len_q, z.heads, z.dim_v), opt, pol);
+      const rmat<float> want = run_flash(p, opt, pol);
+      for (Index c = 0; c < want.cols(); ++c) {
+        CHECK(out.col(2 * c) == want.col(c));
+        CHECK((out.col(2 * c + 1).array() == 9.0f).all());  // the gaps are not written
+      }
+    };
+    both(posenc::alibi_policy(z.heads));
+    both(ramp_bias{});
+  }
 }
 
 TEST_CASE("every compiled backend gives the scalar backend's result", "[flash][backend]") {
@@ -479,6 +481,53 @@ TEST_CASE("half and bfloat16 storage compute in float", "[flash][storage]") {
   };
   check(Eigen::half(), 1e-3);
   check(Eigen::bfloat16(), 8e-3);
+}
+
+TEST_CASE("half and bfloat16 inputs give the float result of the same values", "[flash][storage][decode]") {
+  // 16-bit keys and values are widened exactly (whole heads before a prefill, row by row
+  // as decode visits them) and run through the same tiles as float, so the output is the
+  // float output of the widened inputs, rounded once: bit for bit, on every backend and
+  // thread count. Decode over 3000 keys crosses chunk and tile edges; d = 76 and dv = 36
+  // end in partial packets at every vector width; grouped and multi-query heads make
+  // several query heads share each converted key row.
+  auto check = [](auto tag) {
+    using H = decltype(tag);
+    for (const sizes& z : {sizes{2, 4, 2, 1, 3000, 76, 36}, sizes{2, 4, 2, 5, 3000, 76, 36},
+                           sizes{2, 3, 1, 2, 2000, 76, 36}, sizes{2, 4, 2, 70, 300, 76, 36}}) {
+      const problem<H> ph(z, 91);
+      problem<float> pf(z, 91);
+      pf.q = ph.q.template cast<float>();
+      pf.k = ph.k.template cast<float>();
+      pf.v = ph.v.template cast<float>();
+      posenc::attention_options opt;
+      opt.mask.causal = true;
+      opt.q_offset = z.len_k - z.len_q - 7;
+      opt.mask.key_lengths = {z.len_k, z.len_k / 2 + 1};
+      const auto same = [&](const auto& pol, const std::string& scheme) {
+        INFO(scheme << ", Lq = " << z.len_q << ", batch " << z.batch);
+        const rmat<H> want = run_flash(pf, opt, pol).template cast<H>();
+        CHECK(run_flash(ph, opt, pol) == want);
+        CHECK(run_flash(ph, opt, pol, 3) == want);
+        CHECK(run_flash<posenc::backend::scalar>(ph, opt, pol) ==
+              run_flash<posenc::backend::scalar>(pf, opt, pol).template cast<H>());
+        posenc_test::for_each_simd_backend([&](auto b) {
+          using B = decltype(b);
+          INFO(B::name());
+          CHECK(run_flash<B>(ph, opt, pol) == run_flash<B>(pf, opt, pol).template cast<H>());
+        });
+      };
+      same(posenc::no_position{}, "no position");
+      same(posenc::alibi_policy(z.heads), "ALiBi");
+      same(posenc::rotary_policy(z.dim), "RoPE (keys transformed, values windowed)");
+      same(posenc::t5_bias_policy(random_matrix(32, z.heads, 93), {32, 128, true}), "T5");
+      posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(8), z.dim, z.dim_v);
+      shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 94).cast<float>();
+      shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 95).cast<float>();
+      same(shaw, "Shaw");
+    }
+  };
+  check(Eigen::half());
+  check(Eigen::bfloat16());
 }
 
 TEST_CASE("flash rejects bad input with posenc::error", "[flash][errors]") {

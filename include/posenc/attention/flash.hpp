@@ -48,7 +48,9 @@
 /// Extra memory: O(threads · 128 · (d + dv + 256)) for the tiles (decode: H times 8 rows
 /// per thread), plus a working-precision copy of K and V for each (batch, key head) only
 /// where the inputs are not already contiguous rows of the working type or where keys are
-/// transformed (then one per query head): at most O(B · H · Lk · (d + dv)).
+/// transformed (then one per query head): at most O(B · H · Lk · (d + dv)). Decode
+/// converts such keys and values row by row as it visits them instead, into one-row
+/// buffers per thread (transformed keys are still copied whole).
 
 #include <Eigen/Core>
 
@@ -64,6 +66,7 @@
 
 #include "../backend/scalar/flash.hpp"
 #include "../backend/simd/flash.hpp"
+#include "../backend/simd/lowp.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
 #include "../core/view.hpp"
@@ -114,27 +117,82 @@ void parallel_for(Index units, Index threads, F&& f) {
   for (auto& t : pool) t.join();
 }
 
-/// Working-precision keys or values of one head: a map of the caller's memory when it
-/// already is contiguous rows of Real (and needs no transform), else a converted copy.
+/// True when x is contiguous rows of Real, which the kernel reads where they are.
 template <class Real, class T>
+bool reads_in_place(const strided_view<T, 2>& x) noexcept {
+  if constexpr (std::is_same_v<std::remove_cv_t<T>, Real>)
+    return x.stride(1) == 1 && x.stride(0) >= x.extent(1) && x.data() != nullptr;
+  else
+    return false;
+}
+
+/// The innermost vector of x at the leading indices, in working precision, into dst:
+/// packets of Backend where it has unit stride (half and bfloat16 widen exactly;
+/// simd::widen), else value by value.
+template <class Backend, class Real, class T, int Rank, class... I>
+void convert_vector(const strided_view<T, Rank>& x, Real* dst, I... leading) noexcept {
+  const Index n = x.extent(Rank - 1);
+  if constexpr (std::is_same_v<Real, float>) {
+    if (x.inner_contiguous()) {
+      simd::widen<Backend, std::remove_cv_t<T>>(x.vector_ptr(leading...), n, dst);
+      return;
+    }
+  }
+  for (Index c = 0; c < n; ++c) dst[c] = to_real<Real>(x(leading..., c));
+}
+
+/// Working-precision keys or values of one head: a map of the caller's memory when it
+/// reads in place, else a converted copy.
+template <class Backend, class Real, class T>
 kv_block<Real> kv_source(const strided_view<T, 2>& x, rmat<Real>& copy) {
   kv_block<Real> blk;
   blk.rows = x.extent(0);
   blk.cols = x.extent(1);
   if constexpr (std::is_same_v<std::remove_cv_t<T>, Real>) {
-    if (x.stride(1) == 1 && x.stride(0) >= blk.cols && x.data() != nullptr) {
+    if (reads_in_place<Real>(x)) {
       blk.data = x.data();
       blk.ld = x.stride(0);
       return blk;
     }
   }
   copy.resize(blk.rows, blk.cols);
-  for (Index r = 0; r < blk.rows; ++r)
-    for (Index c = 0; c < blk.cols; ++c) copy(r, c) = to_real<Real>(x(r, c));
+  for (Index j = 0; j < blk.rows; ++j) convert_vector<Backend>(x, copy.row(j).data(), j);
   blk.data = copy.data();
   blk.ld = blk.cols;
   return blk;
 }
+
+/// Decode's keys (or values), row by row, for accumulate_heads: query head h's rows where
+/// they are (hcs[h].*block: read in place, or its whole copy) or, where no whole copy was
+/// made (`convert`), converted from x at key head h / group into a one-row buffer as they
+/// are visited (the query heads of a group, visited in turn, share the conversion).
+template <class Backend, class Policy, class Real, class T>
+struct decode_rows {
+  const head_context<Policy, Real>* hcs;
+  kv_block<Real> head_context<Policy, Real>::*block;
+  strided_view<T, 4> x;
+  Index b, group;
+  bool convert;
+  std::vector<Real> buf = std::vector<Real>(static_cast<std::size_t>(convert ? x.extent(3) : 0));
+  Index last_g = -1, last_j = -1;
+
+  const Real* row(Index h, Index j) noexcept {
+    if (!convert) return (hcs[h].*block).row(j);
+    const Index g = h / group;
+    if (g != last_g || j != last_j) {
+      convert_vector<Backend>(x, buf.data(), b, j, g);
+      last_g = g;
+      last_j = j;
+    }
+    return buf.data();
+  }
+  void prefetch(Index h, Index j) const noexcept {
+    if (!convert)
+      prefetch_row((hcs[h].*block).row(j), x.extent(3));
+    else if (x.inner_contiguous())
+      prefetch_row(x.vector_ptr(b, j, h / group), x.extent(3));
+  }
+};
 
 template <class Policy>
 constexpr void check_flash_policy() {
@@ -187,9 +245,15 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     }
 
   // Keys and values in working precision: per (batch, key head), or per (batch, query
-  // head) when the policy transforms the keys.
+  // head) when the policy transforms the keys. Decode converts what it cannot read in
+  // place row by row instead, as it visits it (decode_rows): it reads each key once, so a
+  // whole converted copy would cost more than the attention (and a 16-bit cache's memory
+  // twice).
   constexpr bool per_query_head = Policy::transforms_keys;
-  const Index key_sets = per_query_head ? bh : s.batch * s.kv_heads;
+  const bool decode = s.len_q <= T::decode_rows && s.len_k > T::decode_chunk;
+  const bool convert_k = decode && !per_query_head && !reads_in_place<Real>(slice_bh(k, 0, 0));
+  const bool convert_v = decode && !reads_in_place<Real>(slice_bh(v, 0, 0));
+  const Index key_sets = convert_k ? 0 : per_query_head ? bh : s.batch * s.kv_heads;
   std::vector<rmat<Real>> k_copy(static_cast<std::size_t>(key_sets));
   std::vector<rmat<Real>> v_copy(static_cast<std::size_t>(s.batch * s.kv_heads));
   std::vector<kv_block<Real>> k_blk(k_copy.size()), v_blk(v_copy.size());
@@ -211,18 +275,19 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       blk.ld = kc.cols();
     } else {
       k_blk[static_cast<std::size_t>(u)] =
-          kv_source<Real>(ks, k_copy[static_cast<std::size_t>(u)]);
+          kv_source<Backend, Real>(ks, k_copy[static_cast<std::size_t>(u)]);
     }
   });
-  parallel_for(s.batch * s.kv_heads, threads, [&](Index u, Index) {
-    v_blk[static_cast<std::size_t>(u)] = kv_source<Real>(
+  parallel_for(convert_v ? 0 : s.batch * s.kv_heads, threads, [&](Index u, Index) {
+    v_blk[static_cast<std::size_t>(u)] = kv_source<Backend, Real>(
         slice_bh(v, u / s.kv_heads, u % s.kv_heads), v_copy[static_cast<std::size_t>(u)]);
   });
   for (Index u = 0; u < bh; ++u) {
     const Index b = u / s.heads, h = u % s.heads;
     auto& hc = heads[static_cast<std::size_t>(u)];
-    hc.k = k_blk[static_cast<std::size_t>(per_query_head ? u : b * s.kv_heads + h / group)];
-    hc.v = v_blk[static_cast<std::size_t>(b * s.kv_heads + h / group)];
+    if (!convert_k)
+      hc.k = k_blk[static_cast<std::size_t>(per_query_head ? u : b * s.kv_heads + h / group)];
+    if (!convert_v) hc.v = v_blk[static_cast<std::size_t>(b * s.kv_heads + h / group)];
   }
 
   const Index workers = std::max<Index>(1, threads);
@@ -230,7 +295,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
   for (auto& w : ws) w.reserve(s.dim, s.dim_v, shaw_rows);
   const Backend tag{};
 
-  if (s.len_q <= T::decode_rows && s.len_k > T::decode_chunk) {
+  if (decode) {
     // Decode: split the keys into fixed chunks, then merge the partial softmax results.
     const Index chunks = (s.len_k + T::decode_chunk - 1) / T::decode_chunk;
     const Index nb = s.len_q;
@@ -250,6 +315,8 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     // in [B, L, H, d] buffers, so visiting the keys one by one across all heads
     // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run
     // per 4 KiB-strided row, which the hardware prefetchers follow poorly).
+    // The rows of a decode call are the portable kernel's (the lane kernels take blocks of
+    // more than decode_rows rows only): begin_block with the scalar tag says so.
     std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
     for (auto& wh : hws) {
       wh.resize(static_cast<std::size_t>(s.heads));
@@ -257,22 +324,17 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     }
     parallel_for(s.batch * chunks, threads, [&](Index u, Index worker) {
       const Index b = u / chunks, k0 = (u % chunks) * T::decode_chunk;
+      const head_context<Policy, Real>* hb = &heads[static_cast<std::size_t>(b * s.heads)];
       auto& wh = hws[static_cast<std::size_t>(worker)];
       Index k_end = k0;
       for (Index h = 0; h < s.heads; ++h) {
-        const auto& hc = heads[static_cast<std::size_t>(b * s.heads + h)];
-        const Index lim = begin_block(hc, ci, slice_bh(q, b, h), 0, nb, wh[static_cast<std::size_t>(h)], tag);
+        const Index lim = begin_block(hb[h], ci, slice_bh(q, b, h), 0, nb, wh[static_cast<std::size_t>(h)], backend::scalar{});
         k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
       }
       // every head of the batch, key by key (the mask's limits do not depend on the head)
-      bool lanes = false;  // a backend's lane-layout block (never for <= decode_rows rows)
-      for (const auto& w : wh) lanes = lanes || w.lanes;
-      if (!lanes) {
-        if (k0 < k_end) accumulate_heads(&heads[static_cast<std::size_t>(b * s.heads)], s.heads, ci, nb, k0, k_end, wh.data());
-      } else {
-        for (Index h = 0; h < s.heads; ++h)
-          if (k0 < k_end) accumulate(heads[static_cast<std::size_t>(b * s.heads + h)], ci, 0, nb, k0, k_end, wh[static_cast<std::size_t>(h)], tag);
-      }
+      decode_rows<Backend, Policy, Real, TK> kr{hb, &head_context<Policy, Real>::k, k, b, group, convert_k};
+      decode_rows<Backend, Policy, Real, TV> vr{hb, &head_context<Policy, Real>::v, v, b, group, convert_v};
+      if (k0 < k_end) accumulate_heads(hb, kr, vr, s.heads, ci, nb, k0, k_end, wh.data());
       for (Index h = 0; h < s.heads; ++h) {
         const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
         partial& p = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + u % chunks)];

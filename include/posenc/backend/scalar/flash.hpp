@@ -82,8 +82,9 @@ template <class Real>
 struct kv_block {
   const Real* data = nullptr;
   Index rows = 0, cols = 0, ld = 0;
-  cmap<Real> block(Index r0, Index n) const noexcept {
-    return cmap<Real>(data + r0 * ld, n, cols, Eigen::OuterStride<>(ld));
+  const Real* row(Index j) const noexcept { return data + j * ld; }
+  cmap<Real> block(Index j0, Index n) const noexcept {
+    return cmap<Real>(row(j0), n, cols, Eigen::OuterStride<>(ld));
   }
 };
 
@@ -336,7 +337,10 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 }
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
-/// head's rows loaded in ws[h] by begin_block. Keys outer, heads inner: K and V of a
+/// head's rows loaded in ws[h] by begin_block; ks.row(h, j) and vs.row(h, j) point at the
+/// working-precision key and value rows j of head h (valid until the next call; the
+/// head's own blocks, or rows converted on the way), ks.prefetch(h, j) asks for one ahead.
+/// Keys outer, heads inner: K and V of a
 /// [keys, heads, d] buffer are then read as one forward stream of whole rows, where one
 /// head at a time reads 512 bytes of every 4 KiB row (d = 128, 8 heads), an access pattern
 /// the hardware prefetchers follow at about half the bandwidth (measured: a plain sum in
@@ -347,9 +351,10 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// ahead gave 0.68-0.71x, 64 or 128 keys 0.80-0.82x). The same steps as accumulate with dot products and row updates instead
 /// of GEMMs, so sums run in another order (results agree within rounding, and do not
 /// depend on the thread count).
-template <class Policy, class Real>
-void accumulate_heads(const head_context<Policy, Real>* hcs, Index count, const call_info& ci,
-                      Index nb, Index kbeg, Index kend, workspace<Real>* ws) noexcept {
+template <class Policy, class Real, class KRows, class VRows>
+void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs, Index count,
+                      const call_info& ci, Index nb, Index kbeg, Index kend,
+                      workspace<Real>* ws) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
   using crow = Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>;
@@ -358,16 +363,16 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, Index count, const 
     const Index nk = std::min(bk, kend - j0);
     for (Index c = 0; c < nk; ++c)
       for (Index h = 0; h < count; ++h) {
-        if (c + prefetch_keys < nk) prefetch_row(hcs[h].k.data + (j0 + c + prefetch_keys) * hcs[h].k.ld, d);
-        const crow k(hcs[h].k.data + (j0 + c) * hcs[h].k.ld, d);
+        if (c + prefetch_keys < nk) ks.prefetch(h, j0 + c + prefetch_keys);
+        const crow k(ks.row(h, j0 + c), d);
         for (Index r = 0; r < nb; ++r) ws[h].s(r, c) = ws[h].q.row(r).dot(k);
       }
     for (Index h = 0; h < count; ++h)
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
     for (Index c = 0; c < nk; ++c)
       for (Index h = 0; h < count; ++h) {
-        if (c + prefetch_keys < nk) prefetch_row(hcs[h].v.data + (j0 + c + prefetch_keys) * hcs[h].v.ld, dv);
-        const crow v(hcs[h].v.data + (j0 + c) * hcs[h].v.ld, dv);
+        if (c + prefetch_keys < nk) vs.prefetch(h, j0 + c + prefetch_keys);
+        const crow v(vs.row(h, j0 + c), dv);
         for (Index r = 0; r < nb; ++r) ws[h].o.row(r).noalias() += ws[h].s(r, c) * v;
       }
   }

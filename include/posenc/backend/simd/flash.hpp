@@ -389,7 +389,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
         // and miss at every key. The copy made attention 7-25 % faster at d = 128, 3-6 %
         // at d = 64 (AVX-512 and AVX2, docs/benchmarks.md); a copy of K gained nothing.
         for (Index j = 0; j < nk; ++j) {
-          const float* src = hc.v.data + (j0 + j) * hc.v.ld;
+          const float* src = hc.v.row(j0 + j);
           float* dst = ws.vt.data() + j * ldv;
           Index c = 0;
           for (; c + W <= dv; c += W) P::load(src + c).store(dst + c);
@@ -430,7 +430,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
             float* st = ws.st.data() + (rv + sg) * W;
             for (Index j = lo; j < pm[sg]; j += CK)
               lanes::qk<Arch>(nr - sg, static_cast<int>(std::min<Index>(CK, pm[sg] - j)), qt, ldq,
-                              hc.k.data + (j0 + j) * hc.k.ld, hc.k.ld, d, st + j * lds, lds);
+                              hc.k.row(j0 + j), hc.k.ld, d, st + j * lds, lds);
           }
           for (int v = 0; v < nr; ++v) {
             float* st = ws.st.data() + (rv + v) * W;

@@ -410,5 +410,21 @@ struct storage_io<Eigen::bfloat16, backend::neon, void> {
 
 #endif  // POSENC_ARCH_NEON
 
+/// dst[i] = float(src[i]) for i < n (exact): packets through storage_io<T, Arch> where it
+/// has them (T = float, half, bfloat16), else one value at a time (e.g. Eigen::half under
+/// g++ on plain x86-64, where Eigen converts in software).
+template <class Arch, class T>
+inline void widen(const T* src, Index n, float* dst) noexcept {
+  if constexpr (has_storage_io_v<T, Arch> && std::is_same_v<backend::rope_real_t<T>, float>) {
+    using IO = storage_io<T, Arch>;
+    constexpr Index W = IO::packet_type::size;
+    Index i = 0;
+    for (; i + W <= n; i += W) IO::load(src + i).store(dst + i);
+    if (i < n) IO::load_partial(src + i, static_cast<int>(n - i)).store_partial(dst + i, static_cast<int>(n - i));
+  } else {
+    for (Index i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  }
+}
+
 }  // namespace simd
 }  // namespace posenc
