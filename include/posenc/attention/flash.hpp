@@ -167,7 +167,7 @@ kv_block<Real> kv_source(const strided_view<T, 2>& x, rmat<Real>& copy) {
 /// made (`convert`), converted from x at key head h / group into a one-row buffer as they
 /// are visited (the query heads of a group, visited in turn, share the conversion).
 template <class Backend, class Policy, class Real, class T>
-struct decode_rows {
+struct kv_row_source {
   const head_context<Policy, Real>* hcs;
   kv_block<Real> head_context<Policy, Real>::*block;
   strided_view<T, 4> x;
@@ -246,9 +246,9 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
 
   // Keys and values in working precision: per (batch, key head), or per (batch, query
   // head) when the policy transforms the keys. Decode converts what it cannot read in
-  // place row by row instead, as it visits it (decode_rows): it reads each key once, so a
-  // whole converted copy would cost more than the attention (and a 16-bit cache's memory
-  // twice).
+  // place row by row instead, as it visits it (kv_row_source): it reads each key once,
+  // so a whole converted copy would cost more than the attention (and a 16-bit cache's
+  // memory twice).
   constexpr bool per_query_head = Policy::transforms_keys;
   const bool decode = s.len_q <= T::decode_rows && s.len_k > T::decode_chunk;
   const bool convert_k = decode && !per_query_head && !reads_in_place<Real>(slice_bh(k, 0, 0));
@@ -332,8 +332,8 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
         k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
       }
       // every head of the batch, key by key (the mask's limits do not depend on the head)
-      decode_rows<Backend, Policy, Real, TK> kr{hb, &head_context<Policy, Real>::k, k, b, group, convert_k};
-      decode_rows<Backend, Policy, Real, TV> vr{hb, &head_context<Policy, Real>::v, v, b, group, convert_v};
+      kv_row_source<Backend, Policy, Real, TK> kr{hb, &head_context<Policy, Real>::k, k, b, group, convert_k};
+      kv_row_source<Backend, Policy, Real, TV> vr{hb, &head_context<Policy, Real>::v, v, b, group, convert_v};
       if (k0 < k_end) accumulate_heads(hb, kr, vr, s.heads, ci, nb, k0, k_end, wh.data());
       for (Index h = 0; h < s.heads; ++h) {
         const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
