@@ -315,8 +315,6 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     // in [B, L, H, d] buffers, so visiting the keys one by one across all heads
     // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run
     // per 4 KiB-strided row, which the hardware prefetchers follow poorly).
-    // The rows of a decode call are the portable kernel's (the lane kernels take blocks of
-    // more than decode_rows rows only): begin_block with the scalar tag says so.
     std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
     for (auto& wh : hws) {
       wh.resize(static_cast<std::size_t>(s.heads));
@@ -327,6 +325,8 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       const head_context<Policy, Real>* hb = &heads[static_cast<std::size_t>(b * s.heads)];
       auto& wh = hws[static_cast<std::size_t>(worker)];
       Index k_end = k0;
+      // The portable kernel's rows (the lane kernels take blocks of more than decode_rows
+      // rows only): begin_block with the scalar tag says so.
       for (Index h = 0; h < s.heads; ++h) {
         const Index lim = begin_block(hb[h], ci, slice_bh(q, b, h), 0, nb, wh[static_cast<std::size_t>(h)], backend::scalar{});
         k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));

@@ -338,19 +338,19 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
 /// head's rows loaded in ws[h] by begin_block; ks.row(h, j) and vs.row(h, j) point at the
-/// working-precision key and value rows j of head h (valid until the next call; the
-/// head's own blocks, or rows converted on the way), ks.prefetch(h, j) asks for one ahead.
-/// Keys outer, heads inner: K and V of a
-/// [keys, heads, d] buffer are then read as one forward stream of whole rows, where one
-/// head at a time reads 512 bytes of every 4 KiB row (d = 128, 8 heads), an access pattern
-/// the hardware prefetchers follow at about half the bandwidth (measured: a plain sum in
-/// that order reached 20 GB/s, in key order 40 GB/s). Rows are also prefetched 64 keys
-/// ahead: the dot products and row updates between the loads leave too few misses in
-/// flight for the hardware prefetchers alone (decode at 0.55x of a plain read without,
-/// 0.75-0.8x with, on an AMD EPYC where 4-32 keys ahead did alike; on an Intel Xeon 8 keys
-/// ahead gave 0.68-0.71x, 64 or 128 keys 0.80-0.82x). The same steps as accumulate with dot products and row updates instead
-/// of GEMMs, so sums run in another order (results agree within rounding, and do not
-/// depend on the thread count).
+/// working-precision key and value rows j of head h (valid until the next call: the
+/// head's own blocks, or rows converted on the way) and ks.prefetch(h, j) asks for one
+/// ahead. Keys outer, heads inner: K and V of a [keys, heads, d] buffer are then read as
+/// one forward stream of whole rows, where one head at a time reads 512 bytes of every
+/// 4 KiB row (d = 128, 8 heads), an access pattern the hardware prefetchers follow at
+/// about half the bandwidth (measured: a plain sum in that order reached 20 GB/s, in key
+/// order 40 GB/s). Rows are also prefetched 64 keys ahead: the dot products and row
+/// updates between the loads leave too few misses in flight for the hardware prefetchers
+/// alone (decode at 0.55x of a plain read without, 0.75-0.8x with, on an AMD EPYC where
+/// 4-32 keys ahead did alike; on an Intel Xeon 8 keys ahead gave 0.68-0.71x, 64 or 128
+/// keys 0.80-0.82x). The same steps as accumulate with dot products and row updates
+/// instead of GEMMs, so sums run in another order (results agree within rounding, and do
+/// not depend on the thread count).
 template <class Policy, class Real, class KRows, class VRows>
 void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs, Index count,
                       const call_info& ci, Index nb, Index kbeg, Index kend,
