@@ -541,6 +541,58 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 #endif
 }
 
+// simd::dot / simd::axpy (decode's row kernels) on storage T: the float result of the
+// widened values bit for bit, a double computation within the float bound, and (each
+// operand in a heap block of exactly n values, so ASan sees any read past it) every
+// length from 0 to 4 packets and beyond.
+template <class T, class B>
+void check_widening_ops() {
+  constexpr Index W = posenc::simd::packet<float, B>::size;
+  INFO(B::name() << " " << (std::is_same_v<T, float> ? "float" : std::is_same_v<T, Eigen::half> ? "half" : "bfloat16"));
+  for (Index n = 0; n <= 5 * W + 3; ++n) {
+    INFO("n = " << n);
+    const std::vector<float> a = posenc_test::random_values<float>(static_cast<std::size_t>(n), 3);
+    const std::vector<float> xf = posenc_test::random_values<float>(static_cast<std::size_t>(n), 4);
+    std::vector<T> x(xf.begin(), xf.end());
+    std::vector<float> widened(x.begin(), x.end());
+    const float got = posenc::simd::dot<B>(a.data(), x.data(), n);
+    CHECK(bits32(got) == bits32(posenc::simd::dot<B>(a.data(), widened.data(), n)));
+    double want = 0, mag = 0;
+    for (Index i = 0; i < n; ++i) {
+      want += double(a[static_cast<std::size_t>(i)]) * double(widened[static_cast<std::size_t>(i)]);
+      mag += std::abs(double(a[static_cast<std::size_t>(i)]) * double(widened[static_cast<std::size_t>(i)]));
+    }
+    CHECK(std::abs(double(got) - want) <= double(n + 1) * 0x1p-24 * mag);
+    std::vector<float> y = posenc_test::random_values<float>(static_cast<std::size_t>(n), 5);
+    std::vector<float> y_widened = y;
+    posenc::simd::axpy<B>(0.75f, x.data(), n, y.data());
+    posenc::simd::axpy<B>(0.75f, widened.data(), n, y_widened.data());
+    bool same = true, fused = true;
+    const std::vector<float> y0 = posenc_test::random_values<float>(static_cast<std::size_t>(n), 5);
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      same = same && bits32(y[i]) == bits32(y_widened[i]);
+      fused = fused && y[i] == std::fma(0.75f, widened[i], y0[i]);
+    }
+    CHECK(same);
+    CHECK(fused);
+  }
+}
+
+TEST_CASE("SIMD widening dot and axpy: 16-bit rows give the float result of their values",
+          "[backend][simd][lowp]") {
+  int tested = 0;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    check_widening_ops<float, B>();
+    if constexpr (posenc::simd::has_widening_ops_v<B, Eigen::bfloat16>) check_widening_ops<Eigen::bfloat16, B>();
+    if constexpr (posenc::simd::has_widening_ops_v<B, Eigen::half>) check_widening_ops<Eigen::half, B>();
+    tested += posenc::simd::has_widening_ops_v<B, Eigen::bfloat16> + posenc::simd::has_widening_ops_v<B, Eigen::half>;
+  });
+  CHECK(tested == 2 * (POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON));
+  // No packets, no widening ops: the scalar tag's decode keeps Eigen's float kernels.
+  static_assert(!posenc::simd::has_widening_ops_v<posenc::backend::scalar, float>);
+}
+
 TEST_CASE("SIMD RoPE rotation, 16-bit storage: fused float model rounded once, scalar within bound",
           "[backend][simd][rotary][lowp]") {
   const rope_case cases[] = {{128, 128, 4, false}, {128, 128, 3, true}, {128, 32, 2, false},

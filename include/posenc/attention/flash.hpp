@@ -162,20 +162,59 @@ kv_block<Real> kv_source(const strided_view<T, 2>& x, rmat<Real>& copy) {
   return blk;
 }
 
-/// Decode's keys (or values), row by row, for accumulate_heads: query head h's rows where
-/// they are (hcs[h].*block: read in place, or its whole copy) or, where no whole copy was
-/// made (`convert`), converted from x at key head h / group into a one-row buffer as they
-/// are visited (the query heads of a group, visited in turn, share the conversion).
+/// Decode's keys (or values), row by row, for accumulate_heads: dot(h, j, q) and
+/// axpy(h, j, a, o) take query head h's row j where it is (hcs[h].*block: read in place,
+/// or its whole copy) or, where no whole copy was made (`convert`), from x at key head
+/// h / group: straight from the caller's 16-bit (or float) row, widened in registers, when
+/// the backend has packet loads for it and the row has unit stride; else converted into
+/// a one-row buffer as it is visited (the query heads of a group, visited in turn, share
+/// the conversion). Every path ends in the same float kernel (simd::dot / simd::axpy with
+/// packets, Eigen's without), so 16-bit and strided inputs give exactly the float result
+/// of the same values.
 template <class Backend, class Policy, class Real, class T>
 struct kv_row_source {
+  using value_type = std::remove_cv_t<T>;
+  static constexpr bool packet_rows = simd::has_widening_ops_v<Backend, Real>;
+  static constexpr bool packet_storage = packet_rows && simd::has_widening_ops_v<Backend, value_type>;
+
   const head_context<Policy, Real>* hcs;
   kv_block<Real> head_context<Policy, Real>::*block;
   strided_view<T, 4> x;
   Index b, group;
   bool convert;
-  std::vector<Real> buf = std::vector<Real>(static_cast<std::size_t>(convert ? x.extent(3) : 0));
+  bool widen_in_registers = convert && packet_storage && x.inner_contiguous();
+  std::vector<Real> buf =
+      std::vector<Real>(static_cast<std::size_t>(convert && !widen_in_registers ? x.extent(3) : 0));
   Index last_g = -1, last_j = -1;
 
+  /// q · row j of head h (q: x.extent(3) values).
+  Real dot(Index h, Index j, const Real* q) noexcept {
+    const Index n = x.extent(3);
+    if constexpr (packet_storage)
+      if (widen_in_registers) return simd::dot<Backend>(q, x.vector_ptr(b, j, h / group), n);
+    const Real* r = row(h, j);
+    if constexpr (packet_rows) return simd::dot<Backend>(q, r, n);
+    else return Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>(q, n).dot(
+        Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>(r, n));
+  }
+  /// o += a · row j of head h.
+  void axpy(Index h, Index j, Real a, Real* o) noexcept {
+    const Index n = x.extent(3);
+    if constexpr (packet_storage)
+      if (widen_in_registers) return simd::axpy<Backend>(a, x.vector_ptr(b, j, h / group), n, o);
+    const Real* r = row(h, j);
+    if constexpr (packet_rows) simd::axpy<Backend>(a, r, n, o);
+    else Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() +=
+        a * Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>(r, n);
+  }
+  void prefetch(Index h, Index j) const noexcept {
+    if (!convert)
+      prefetch_row((hcs[h].*block).row(j), x.extent(3));
+    else if (x.inner_contiguous())
+      prefetch_row(x.vector_ptr(b, j, h / group), x.extent(3));
+  }
+
+ private:
   const Real* row(Index h, Index j) noexcept {
     if (!convert) return (hcs[h].*block).row(j);
     const Index g = h / group;
@@ -185,12 +224,6 @@ struct kv_row_source {
       last_j = j;
     }
     return buf.data();
-  }
-  void prefetch(Index h, Index j) const noexcept {
-    if (!convert)
-      prefetch_row((hcs[h].*block).row(j), x.extent(3));
-    else if (x.inner_contiguous())
-      prefetch_row(x.vector_ptr(b, j, h / group), x.extent(3));
   }
 };
 

@@ -337,10 +337,9 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 }
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
-/// head's rows loaded in ws[h] by begin_block; ks.row(h, j) and vs.row(h, j) point at the
-/// working-precision key and value rows j of head h (valid until the next call: the
-/// head's own blocks, or rows converted on the way) and ks.prefetch(h, j) asks for one
-/// ahead. Keys outer, heads inner: K and V of a [keys, heads, d] buffer are then read as
+/// head's rows loaded in ws[h] by begin_block; ks.dot(h, j, q) is q · key row j of head h,
+/// vs.axpy(h, j, a, o) adds a · value row j of head h to o (wherever and in whatever
+/// storage the rows are: kv_row_source), and ks.prefetch(h, j) asks for one ahead. Keys outer, heads inner: K and V of a [keys, heads, d] buffer are then read as
 /// one forward stream of whole rows, where one head at a time reads 512 bytes of every
 /// 4 KiB row (d = 128, 8 heads), an access pattern the hardware prefetchers follow at
 /// about half the bandwidth (measured: a plain sum in that order reached 20 GB/s, in key
@@ -357,23 +356,19 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
                       workspace<Real>* ws) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
-  using crow = Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>;
-  const Index d = ci.shape.dim, dv = ci.shape.dim_v;
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     for (Index c = 0; c < nk; ++c)
       for (Index h = 0; h < count; ++h) {
         if (c + prefetch_keys < nk) ks.prefetch(h, j0 + c + prefetch_keys);
-        const crow k(ks.row(h, j0 + c), d);
-        for (Index r = 0; r < nb; ++r) ws[h].s(r, c) = ws[h].q.row(r).dot(k);
+        for (Index r = 0; r < nb; ++r) ws[h].s(r, c) = ks.dot(h, j0 + c, ws[h].q.row(r).data());
       }
     for (Index h = 0; h < count; ++h)
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
     for (Index c = 0; c < nk; ++c)
       for (Index h = 0; h < count; ++h) {
         if (c + prefetch_keys < nk) vs.prefetch(h, j0 + c + prefetch_keys);
-        const crow v(vs.row(h, j0 + c), dv);
-        for (Index r = 0; r < nb; ++r) ws[h].o.row(r).noalias() += ws[h].s(r, c) * v;
+        for (Index r = 0; r < nb; ++r) vs.axpy(h, j0 + c, ws[h].s(r, c), ws[h].o.row(r).data());
       }
   }
 }

@@ -9,6 +9,12 @@
 ///     load(p)  load_partial(p, n)         P::size values of T (lanes [0, n), the rest 0)
 ///     store(p, v)  store_partial(p, v, n) rounded to T; store_partial writes only n values
 ///
+/// and three row kernels on it, for T = float, half or bfloat16 (has_widening_ops_v):
+///
+///     widen(src, n, dst)              dst[i] = float(src[i])
+///     dot(a, b, n)  axpy(alpha, x, n, y)   a · float(b) and y += alpha · float(x), widened
+///                                     in registers; the same bits as on float inputs
+///
 /// Defined for 16-bit types:
 ///
 ///     Eigen::half     avx2 (needs F16C: vcvtph2ps / vcvtps2ph, 8 lanes), avx512 (16 lanes),
@@ -423,6 +429,58 @@ inline void widen(const T* src, Index n, float* dst) noexcept {
     if (i < n) IO::load_partial(src + i, static_cast<int>(n - i)).store_partial(dst + i, static_cast<int>(n - i));
   } else {
     for (Index i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  }
+}
+
+/// True when dot and axpy below take T as stored: float packets on Arch and a converting
+/// load of T (float itself, half, bfloat16).
+template <class Arch, class T, class = void>
+struct has_widening_ops : std::false_type {};
+template <class Arch, class T>
+struct has_widening_ops<Arch, T, std::enable_if_t<has_storage_io_v<T, Arch>>>
+    : std::is_same<typename storage_io<T, Arch>::packet_type, packet<float, Arch>> {};
+template <class Arch, class T>
+inline constexpr bool has_widening_ops_v = has_widening_ops<Arch, T>::value;
+
+/// sum_i a[i] * float(b[i]), i < n: each b packet widened in a register as it is loaded
+/// (no converted copy). Four accumulators over whole groups of 4 packets, then single
+/// packets and the partial tail into the first, summed as (a0 + a1) + (a2 + a3): the order
+/// depends on n and the packet width only, not on T, so 16-bit b gives exactly the float
+/// result of its widened values. Needs has_widening_ops_v<Arch, T>.
+template <class Arch, class T>
+inline float dot(const float* a, const T* b, Index n) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = packet<float, Arch>;
+  constexpr Index W = P::size;
+  P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
+  Index i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    a0 = fmadd(P::load(a + i), IO::load(b + i), a0);
+    a1 = fmadd(P::load(a + i + W), IO::load(b + i + W), a1);
+    a2 = fmadd(P::load(a + i + 2 * W), IO::load(b + i + 2 * W), a2);
+    a3 = fmadd(P::load(a + i + 3 * W), IO::load(b + i + 3 * W), a3);
+  }
+  for (; i + W <= n; i += W) a0 = fmadd(P::load(a + i), IO::load(b + i), a0);
+  if (i < n) {
+    const int r = static_cast<int>(n - i);
+    a0 = fmadd(P::load_partial(a + i, r), IO::load_partial(b + i, r), a0);
+  }
+  return reduce_add((a0 + a1) + (a2 + a3));
+}
+
+/// y[i] += alpha * float(x[i]), i < n, one fused multiply-add per value (so, like dot,
+/// the same bits for 16-bit x as for its widened values). Needs has_widening_ops_v<Arch, T>.
+template <class Arch, class T>
+inline void axpy(float alpha, const T* x, Index n, float* y) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = packet<float, Arch>;
+  constexpr Index W = P::size;
+  const P a = P::broadcast(alpha);
+  Index i = 0;
+  for (; i + W <= n; i += W) fmadd(a, IO::load(x + i), P::load(y + i)).store(y + i);
+  if (i < n) {
+    const int r = static_cast<int>(n - i);
+    fmadd(a, IO::load_partial(x + i, r), P::load_partial(y + i, r)).store_partial(y + i, r);
   }
 }
 
