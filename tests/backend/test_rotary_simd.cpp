@@ -542,36 +542,38 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 }
 
 // simd::dot / simd::axpy (decode's row kernels) on storage T: the float result of the
-// widened values bit for bit, a double computation within the float bound, and (each
-// operand in a heap block of exactly n values, so ASan sees any read past it) every
-// length from 0 to 4 packets and beyond.
+// widened values bit for bit, a double computation within the float bound, one fused
+// multiply-add per value, and (each operand in a heap block of exactly n values, so ASan
+// sees any access past it) every length from 0 to 5 packets + 3.
 template <class T, class B>
-void check_widening_ops() {
+void check_widening_ops(const char* type) {
+  using posenc::simd::axpy;
+  using posenc::simd::dot;
   constexpr Index W = posenc::simd::packet<float, B>::size;
-  INFO(B::name() << " " << (std::is_same_v<T, float> ? "float" : std::is_same_v<T, Eigen::half> ? "half" : "bfloat16"));
+  INFO(B::name() << " " << type);
   for (Index n = 0; n <= 5 * W + 3; ++n) {
     INFO("n = " << n);
-    const std::vector<float> a = posenc_test::random_values<float>(static_cast<std::size_t>(n), 3);
-    const std::vector<float> xf = posenc_test::random_values<float>(static_cast<std::size_t>(n), 4);
-    std::vector<T> x(xf.begin(), xf.end());
-    std::vector<float> widened(x.begin(), x.end());
-    const float got = posenc::simd::dot<B>(a.data(), x.data(), n);
-    CHECK(bits32(got) == bits32(posenc::simd::dot<B>(a.data(), widened.data(), n)));
+    const auto size = static_cast<std::size_t>(n);
+    const std::vector<float> a = posenc_test::random_values<float>(size, 3);
+    const std::vector<float> x0 = posenc_test::random_values<float>(size, 4);
+    const std::vector<T> x(x0.begin(), x0.end());
+    const std::vector<float> xw(x.begin(), x.end());  // x widened
+    const float got = dot<B>(a.data(), x.data(), n);
+    CHECK(bits32(got) == bits32(dot<B>(a.data(), xw.data(), n)));
     double want = 0, mag = 0;
-    for (Index i = 0; i < n; ++i) {
-      want += double(a[static_cast<std::size_t>(i)]) * double(widened[static_cast<std::size_t>(i)]);
-      mag += std::abs(double(a[static_cast<std::size_t>(i)]) * double(widened[static_cast<std::size_t>(i)]));
+    for (std::size_t i = 0; i < size; ++i) {
+      want += double(a[i]) * double(xw[i]);
+      mag += std::abs(double(a[i]) * double(xw[i]));
     }
     CHECK(std::abs(double(got) - want) <= double(n + 1) * 0x1p-24 * mag);
-    std::vector<float> y = posenc_test::random_values<float>(static_cast<std::size_t>(n), 5);
-    std::vector<float> y_widened = y;
-    posenc::simd::axpy<B>(0.75f, x.data(), n, y.data());
-    posenc::simd::axpy<B>(0.75f, widened.data(), n, y_widened.data());
+    const std::vector<float> y0 = posenc_test::random_values<float>(size, 5);
+    std::vector<float> y = y0, yw = y0;
+    axpy<B>(0.75f, x.data(), n, y.data());
+    axpy<B>(0.75f, xw.data(), n, yw.data());
     bool same = true, fused = true;
-    const std::vector<float> y0 = posenc_test::random_values<float>(static_cast<std::size_t>(n), 5);
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      same = same && bits32(y[i]) == bits32(y_widened[i]);
-      fused = fused && y[i] == std::fma(0.75f, widened[i], y0[i]);
+    for (std::size_t i = 0; i < size; ++i) {
+      same = same && bits32(y[i]) == bits32(yw[i]);
+      fused = fused && y[i] == std::fma(0.75f, xw[i], y0[i]);
     }
     CHECK(same);
     CHECK(fused);
@@ -580,17 +582,23 @@ void check_widening_ops() {
 
 TEST_CASE("SIMD widening dot and axpy: 16-bit rows give the float result of their values",
           "[backend][simd][lowp]") {
+  using posenc::simd::has_widening_ops_v;
   int tested = 0;
   posenc_test::for_each_simd_backend([&](auto tag) {
     using B = decltype(tag);
-    check_widening_ops<float, B>();
-    if constexpr (posenc::simd::has_widening_ops_v<B, Eigen::bfloat16>) check_widening_ops<Eigen::bfloat16, B>();
-    if constexpr (posenc::simd::has_widening_ops_v<B, Eigen::half>) check_widening_ops<Eigen::half, B>();
-    tested += posenc::simd::has_widening_ops_v<B, Eigen::bfloat16> + posenc::simd::has_widening_ops_v<B, Eigen::half>;
+    check_widening_ops<float, B>("float");
+    if constexpr (has_widening_ops_v<B, Eigen::bfloat16>) {
+      check_widening_ops<Eigen::bfloat16, B>("bfloat16");
+      ++tested;
+    }
+    if constexpr (has_widening_ops_v<B, Eigen::half>) {
+      check_widening_ops<Eigen::half, B>("half");
+      ++tested;
+    }
   });
   CHECK(tested == 2 * (POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON));
   // No packets, no widening ops: the scalar tag's decode keeps Eigen's float kernels.
-  static_assert(!posenc::simd::has_widening_ops_v<posenc::backend::scalar, float>);
+  static_assert(!has_widening_ops_v<posenc::backend::scalar, float>);
 }
 
 TEST_CASE("SIMD RoPE rotation, 16-bit storage: fused float model rounded once, scalar within bound",

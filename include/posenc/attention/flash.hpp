@@ -175,7 +175,9 @@ template <class Backend, class Policy, class Real, class T>
 struct kv_row_source {
   using value_type = std::remove_cv_t<T>;
   static constexpr bool packet_rows = simd::has_widening_ops_v<Backend, Real>;
-  static constexpr bool packet_storage = packet_rows && simd::has_widening_ops_v<Backend, value_type>;
+  static constexpr bool packet_storage =
+      packet_rows && simd::has_widening_ops_v<Backend, value_type>;
+  using crow = Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>;
 
   const head_context<Policy, Real>* hcs;
   kv_block<Real> head_context<Policy, Real>::*block;
@@ -194,8 +196,7 @@ struct kv_row_source {
       if (widen_in_registers) return simd::dot<Backend>(q, x.vector_ptr(b, j, h / group), n);
     const Real* r = row(h, j);
     if constexpr (packet_rows) return simd::dot<Backend>(q, r, n);
-    else return Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>(q, n).dot(
-        Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>(r, n));
+    else return crow(q, n).dot(crow(r, n));
   }
   /// o += a · row j of head h.
   void axpy(Index h, Index j, Real a, Real* o) noexcept {
@@ -204,8 +205,7 @@ struct kv_row_source {
       if (widen_in_registers) return simd::axpy<Backend>(a, x.vector_ptr(b, j, h / group), n, o);
     const Real* r = row(h, j);
     if constexpr (packet_rows) simd::axpy<Backend>(a, r, n, o);
-    else Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() +=
-        a * Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>(r, n);
+    else Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
   }
   void prefetch(Index h, Index j) const noexcept {
     if (!convert)

@@ -339,11 +339,12 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
 /// head's rows loaded in ws[h] by begin_block; ks.dot(h, j, q) is q · key row j of head h,
 /// vs.axpy(h, j, a, o) adds a · value row j of head h to o (wherever and in whatever
-/// storage the rows are: kv_row_source), and ks.prefetch(h, j) asks for one ahead. Keys outer, heads inner: K and V of a [keys, heads, d] buffer are then read as
-/// one forward stream of whole rows, where one head at a time reads 512 bytes of every
-/// 4 KiB row (d = 128, 8 heads), an access pattern the hardware prefetchers follow at
-/// about half the bandwidth (measured: a plain sum in that order reached 20 GB/s, in key
-/// order 40 GB/s). Rows are also prefetched 64 keys ahead: the dot products and row
+/// storage the rows are: kv_row_source), and ks.prefetch(h, j) asks for one ahead. Keys
+/// outer, heads inner: K and V of a [keys, heads, d] buffer are then read as one forward
+/// stream of whole rows, where one head at a time reads 512 bytes of every 4 KiB row
+/// (d = 128, 8 heads), an access pattern the hardware prefetchers follow at about half
+/// the bandwidth (measured: a plain sum in that order reached 20 GB/s, in key order 40
+/// GB/s). Rows are also prefetched 64 keys ahead: the dot products and row
 /// updates between the loads leave too few misses in flight for the hardware prefetchers
 /// alone (decode at 0.55x of a plain read without, 0.75-0.8x with, on an AMD EPYC where
 /// 4-32 keys ahead did alike; on an Intel Xeon 8 keys ahead gave 0.68-0.71x, 64 or 128
