@@ -45,12 +45,12 @@
 ///   - transformer_xl_relative (and any other policy with a score or value term): not
 ///     supported here — a compile-time error says so; use multi_head_attention.
 ///
-/// Extra memory: O(threads · 128 · (d + dv + 256)) for the tiles (decode: H times 8 rows
-/// per thread), plus a working-precision copy of K and V for each (batch, key head) only
-/// where the inputs are not already contiguous rows of the working type or where keys are
-/// transformed (then one per query head): at most O(B · H · Lk · (d + dv)). Decode
-/// converts such keys and values row by row as it visits them instead, into one-row
-/// buffers per thread (transformed keys are still copied whole).
+/// Extra memory: O(threads · 256 · (d + dv + 128)) for the tiles (decode: H times 8 rows
+/// per thread), plus a key copy per (batch, query head) where the policy transforms the
+/// keys: O(B · H · Lk · d). Inputs that are not contiguous rows of the working type (16-bit
+/// storage, strided views) are never copied whole: a prefill converts each key tile's rows
+/// into the tile buffers as it visits them, a decode each row in registers (or in a
+/// one-row buffer).
 
 #include <Eigen/Core>
 
@@ -141,10 +141,19 @@ void convert_vector(const strided_view<T, Rank>& x, Real* dst, I... leading) noe
   for (Index c = 0; c < n; ++c) dst[c] = to_real<Real>(x(leading..., c));
 }
 
-/// Working-precision keys or values of one head: a map of the caller's memory when it
-/// reads in place, else a converted copy.
+/// kv_block::convert for a [keys, dim] view of T at `source`: rows [j0, j0 + n) into dst
+/// (row stride ldd) by convert_vector (exact).
 template <class Backend, class Real, class T>
-kv_block<Real> kv_source(const strided_view<T, 2>& x, rmat<Real>& copy) {
+void convert_rows(const void* source, Index j0, Index n, Real* dst, Index ldd) noexcept {
+  const auto& x = *static_cast<const strided_view<T, 2>*>(source);
+  for (Index j = 0; j < n; ++j) convert_vector<Backend>(x, dst + j * ldd, j0 + j);
+}
+
+/// Working-precision keys or values of one head: a map of the caller's memory when it
+/// reads in place, else x's rows converted tile by tile as the kernels visit them
+/// (kv_block::tile); x must outlive the block.
+template <class Backend, class Real, class T>
+kv_block<Real> kv_source(const strided_view<T, 2>& x) noexcept {
   kv_block<Real> blk;
   blk.rows = x.extent(0);
   blk.cols = x.extent(1);
@@ -155,20 +164,18 @@ kv_block<Real> kv_source(const strided_view<T, 2>& x, rmat<Real>& copy) {
       return blk;
     }
   }
-  copy.resize(blk.rows, blk.cols);
-  for (Index j = 0; j < blk.rows; ++j) convert_vector<Backend>(x, copy.row(j).data(), j);
-  blk.data = copy.data();
-  blk.ld = blk.cols;
+  blk.convert = &convert_rows<Backend, Real, T>;
+  blk.source = &x;
   return blk;
 }
 
 /// Decode's keys (or values), row by row, for accumulate_heads: dot(h, j, q) and
 /// axpy(h, j, a, o) take query head h's row j where it is (hcs[h].*block: read in place,
-/// or its whole copy) or, where no whole copy was made (`convert`), from x at key head
-/// h / group: straight from the caller's 16-bit (or float) row, widened in registers, when
-/// the backend has packet loads for it and the row has unit stride; else converted into
-/// a one-row buffer as it is visited (the query heads of a group, visited in turn, share
-/// the conversion). Every path ends in the same float kernel (simd::dot / simd::axpy with
+/// or the policy's transformed copy) or, where the rows need converting (`convert`), from
+/// x at key head h / group: straight from the caller's 16-bit (or float) row, widened in
+/// registers, when the backend has packet loads for it and the row has unit stride; else
+/// converted into a one-row buffer as it is visited (the query heads of a group, visited
+/// in turn, share the conversion). Every path ends in the same float kernel (simd::dot / simd::axpy with
 /// packets, Eigen's without), so 16-bit and strided inputs give exactly the float result
 /// of the same values.
 template <class Backend, class Policy, class Real, class T>
@@ -278,49 +285,45 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     }
 
   // Keys and values in working precision: per (batch, key head), or per (batch, query
-  // head) when the policy transforms the keys. Decode converts what it cannot read in
-  // place row by row instead, as it visits it (kv_row_source): it reads each key once,
-  // so a whole converted copy would cost more than the attention (and a 16-bit cache's
-  // memory twice).
+  // head) when the policy transforms the keys (a transformed copy). Inputs not read in
+  // place are converted a key tile at a time inside the kernels (kv_block::tile), or, in
+  // decode, which reads each key once, row by row as it visits them (kv_row_source):
+  // never as a whole copy, which would cost more memory than the tiles by O(N·d) per key
+  // head (a 16-bit cache twice over in float) and, in decode, more time than the attention.
   constexpr bool per_query_head = Policy::transforms_keys;
   const bool decode = s.len_q <= T::decode_rows && s.len_k > T::decode_chunk;
   const bool convert_k = decode && !per_query_head && !reads_in_place<Real>(slice_bh(k, 0, 0));
   const bool convert_v = decode && !reads_in_place<Real>(slice_bh(v, 0, 0));
-  const Index key_sets = convert_k ? 0 : per_query_head ? bh : s.batch * s.kv_heads;
-  std::vector<rmat<Real>> k_copy(static_cast<std::size_t>(key_sets));
-  std::vector<rmat<Real>> v_copy(static_cast<std::size_t>(s.batch * s.kv_heads));
-  std::vector<kv_block<Real>> k_blk(k_copy.size()), v_blk(v_copy.size());
-  parallel_for(key_sets, threads, [&](Index u, Index) {
-    const Index b = per_query_head ? u / s.heads : u / s.kv_heads;
-    const Index kvh = per_query_head ? (u % s.heads) / group : u % s.kv_heads;
-    const auto ks = slice_bh(k, b, kvh);
-    if constexpr (per_query_head) {
-      dmatrix kd(ks.extent(0), ks.extent(1));
-      for (Index r = 0; r < kd.rows(); ++r)
-        for (Index c = 0; c < kd.cols(); ++c) kd(r, c) = to_real<double>(ks(r, c));
-      heads[static_cast<std::size_t>(u)].head.transform_keys(kd);
-      rmat<Real>& kc = k_copy[static_cast<std::size_t>(u)];
-      kc = kd.template cast<Real>();
-      kv_block<Real>& blk = k_blk[static_cast<std::size_t>(u)];
-      blk.data = kc.data();
-      blk.rows = kc.rows();
-      blk.cols = kc.cols();
-      blk.ld = kc.cols();
-    } else {
-      k_blk[static_cast<std::size_t>(u)] =
-          kv_source<Backend, Real>(ks, k_copy[static_cast<std::size_t>(u)]);
-    }
-  });
-  parallel_for(convert_v ? 0 : s.batch * s.kv_heads, threads, [&](Index u, Index) {
-    v_blk[static_cast<std::size_t>(u)] = kv_source<Backend, Real>(
-        slice_bh(v, u / s.kv_heads, u % s.kv_heads), v_copy[static_cast<std::size_t>(u)]);
+  std::vector<strided_view<TK, 2>> k_views;
+  std::vector<strided_view<TV, 2>> v_views;
+  k_views.reserve(static_cast<std::size_t>(s.batch * s.kv_heads));
+  v_views.reserve(static_cast<std::size_t>(s.batch * s.kv_heads));
+  for (Index u = 0; u < s.batch * s.kv_heads; ++u) {  // kv_source keeps their addresses
+    k_views.push_back(slice_bh(k, u / s.kv_heads, u % s.kv_heads));
+    v_views.push_back(slice_bh(v, u / s.kv_heads, u % s.kv_heads));
+  }
+  std::vector<rmat<Real>> k_copy(static_cast<std::size_t>(per_query_head ? bh : 0));
+  parallel_for(static_cast<Index>(k_copy.size()), threads, [&](Index u, Index) {
+    const auto ks = slice_bh(k, u / s.heads, (u % s.heads) / group);
+    dmatrix kd(ks.extent(0), ks.extent(1));
+    for (Index r = 0; r < kd.rows(); ++r)
+      for (Index c = 0; c < kd.cols(); ++c) kd(r, c) = to_real<double>(ks(r, c));
+    heads[static_cast<std::size_t>(u)].head.transform_keys(kd);
+    k_copy[static_cast<std::size_t>(u)] = kd.template cast<Real>();
   });
   for (Index u = 0; u < bh; ++u) {
-    const Index b = u / s.heads, h = u % s.heads;
+    const std::size_t kv = static_cast<std::size_t>(u / s.heads * s.kv_heads + (u % s.heads) / group);
     auto& hc = heads[static_cast<std::size_t>(u)];
-    if (!convert_k)
-      hc.k = k_blk[static_cast<std::size_t>(per_query_head ? u : b * s.kv_heads + h / group)];
-    if (!convert_v) hc.v = v_blk[static_cast<std::size_t>(b * s.kv_heads + h / group)];
+    if (per_query_head) {
+      const rmat<Real>& kc = k_copy[static_cast<std::size_t>(u)];
+      hc.k.data = kc.data();
+      hc.k.rows = kc.rows();
+      hc.k.cols = kc.cols();
+      hc.k.ld = kc.cols();
+    } else if (!convert_k) {
+      hc.k = kv_source<Backend, Real>(k_views[kv]);
+    }
+    if (!convert_v) hc.v = kv_source<Backend, Real>(v_views[kv]);
   }
 
   const Index workers = std::max<Index>(1, threads);

@@ -77,14 +77,37 @@ struct tiles {
   static constexpr Index decode_chunk = 1024;
 };
 
-/// Keys (or values) of one head in working precision: a row-major block, inner stride 1.
+/// Keys (or values) of one head in working precision: a row-major block, inner stride 1,
+/// read in place (`data`); or, for inputs that are not (16-bit storage, a strided last
+/// axis), the caller's rows, which `convert` writes in working precision tile by tile
+/// (tile()), so a prefill holds one converted tile per worker, never a whole copy.
 template <class Real>
 struct kv_block {
   const Real* data = nullptr;
   Index rows = 0, cols = 0, ld = 0;
+  /// Rows [j0, j0 + n) of `source` into dst (row stride ldd), exactly; set where data is null.
+  void (*convert)(const void* source, Index j0, Index n, Real* dst, Index ldd) = nullptr;
+  const void* source = nullptr;
+
   const Real* row(Index j) const noexcept { return data + j * ld; }
   cmap<Real> block(Index j0, Index n) const noexcept {
     return cmap<Real>(row(j0), n, cols, Eigen::OuterStride<>(ld));
+  }
+  /// Rows [j0, j0 + n) as a block of their own (row 0 = key j0): in place, or converted
+  /// into buf (n x cols, row stride ldb).
+  kv_block tile(Index j0, Index n, Real* buf, Index ldb) const noexcept {
+    kv_block t;
+    t.rows = n;
+    t.cols = cols;
+    if (data) {
+      t.data = row(j0);
+      t.ld = ld;
+    } else {
+      convert(source, j0, n, buf, ldb);
+      t.data = buf;
+      t.ld = ldb;
+    }
+    return t;
   }
 };
 
@@ -129,6 +152,7 @@ struct workspace {
   rmat<Real> st;  ///< [block_k, block_q]: logits, then probabilities
   rmat<Real> ot;  ///< [dv, block_q]: unnormalised outputs
   rmat<Real> vt;  ///< [block_k, dv + 16]: the key tile's rows of V, copied
+  rmat<Real> kt;  ///< [block_k, d]: the key tile's rows of K, converted (kv_block::tile)
   bool lanes = false;  ///< the current block uses the transposed buffers
 
   /// Sizes the buffers for blocks of up to `bq` query rows.
@@ -143,12 +167,14 @@ struct workspace {
     l.resize(static_cast<std::size_t>(bq));
     lim.resize(static_cast<std::size_t>(bq));
     row.resize(d);
+    if (bq <= tiles<Real>::decode_rows) return;  // decode's per-head rows: no tiles
+    kt.resize(bk, d);
+    vt.resize(bk, dv + 16);
     // rows 16 floats longer than a block: 512-byte strides would put the rows of a
     // column of vectors in 8 of L1's 64 sets and evict each other
     qt.resize(d, bq + 16);
     st.resize(bk, bq + 16);
     ot.resize(dv, bq + 16);
-    vt.resize(bk, dv + 16);
   }
 };
 
@@ -310,9 +336,9 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     auto s = ws.s.topLeftCorner(nb, nk);
-    s.noalias() = ws.q.topRows(nb) * hc.k.block(j0, nk).transpose();
+    s.noalias() = ws.q.topRows(nb) * hc.k.tile(j0, nk, ws.kt.data(), ws.kt.cols()).block(0, nk).transpose();
     for (Index r = 0; r < nb; ++r) softmax_step(hc, ci, r0, r, j0, nk, kend, ws);
-    ws.o.topRows(nb).noalias() += s * hc.v.block(j0, nk);
+    ws.o.topRows(nb).noalias() += s * hc.v.tile(j0, nk, ws.vt.data(), ws.vt.cols()).block(0, nk);
   }
 }
 

@@ -388,14 +388,17 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
         // P·V pass (one line of each of nk rows) would then keep them in a few of L1's sets
         // and miss at every key. The copy made attention 7-25 % faster at d = 128, 3-6 %
         // at d = 64 (AVX-512 and AVX2, docs/benchmarks.md); a copy of K gained nothing.
-        for (Index j = 0; j < nk; ++j) {
-          const float* src = hc.v.row(j0 + j);
-          float* dst = ws.vt.data() + j * ldv;
-          Index c = 0;
-          for (; c + W <= dv; c += W) P::load(src + c).store(dst + c);
-          const int tail = static_cast<int>(dv - c);
-          if (tail > 0) P::load_partial(src + c, tail).store_partial(dst + c, tail);
-        }
+        // (Rows not read in place are converted straight into the copy.)
+        if (hc.v.tile(j0, nk, ws.vt.data(), ldv).data != ws.vt.data())
+          for (Index j = 0; j < nk; ++j) {
+            const float* src = hc.v.row(j0 + j);
+            float* dst = ws.vt.data() + j * ldv;
+            Index c = 0;
+            for (; c + W <= dv; c += W) P::load(src + c).store(dst + c);
+            const int tail = static_cast<int>(dv - c);
+            if (tail > 0) P::load_partial(src + c, tail).store_partial(dst + c, tail);
+          }
+        const kv_block<Real> kt = hc.k.tile(j0, nk, ws.kt.data(), ws.kt.cols());
         for (Index r = 0; r < w; ++r) {
           vis[r] = std::clamp<Index>(ws.lim[static_cast<std::size_t>(r)] - j0, 0, nk);
           visf[r] = static_cast<float>(vis[r]);
@@ -430,7 +433,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
             float* st = ws.st.data() + (rv + sg) * W;
             for (Index j = lo; j < pm[sg]; j += CK)
               lanes::qk<Arch>(nr - sg, static_cast<int>(std::min<Index>(CK, pm[sg] - j)), qt, ldq,
-                              hc.k.row(j0 + j), hc.k.ld, d, st + j * lds, lds);
+                              kt.row(j), kt.ld, d, st + j * lds, lds);
           }
           for (int v = 0; v < nr; ++v) {
             float* st = ws.st.data() + (rv + v) * W;
