@@ -45,7 +45,7 @@
 ///   - transformer_xl_relative (and any other policy with a score or value term): not
 ///     supported here — a compile-time error says so; use multi_head_attention.
 ///
-/// Extra memory: O(threads · 256 · (d + dv + 128)) for the tiles (decode: H times 8 rows
+/// Extra memory: O(threads · 512 · (d + dv + 128)) for the tiles (decode: H times 8 rows
 /// per thread), plus a key copy per (batch, query head) where the policy transforms the
 /// keys: O(B · H · Lk · d). Inputs that are not contiguous rows of the working type (16-bit
 /// storage, strided views) are never copied whole: a prefill converts each key tile's rows
@@ -175,9 +175,9 @@ kv_block<Real> kv_source(const strided_view<T, 2>& x) noexcept {
 /// x at key head h / group: straight from the caller's 16-bit (or float) row, widened in
 /// registers, when the backend has packet loads for it and the row has unit stride; else
 /// converted into a one-row buffer as it is visited (the query heads of a group, visited
-/// in turn, share the conversion). Every path ends in the same float kernel (simd::dot / simd::axpy with
-/// packets, Eigen's without), so 16-bit and strided inputs give exactly the float result
-/// of the same values.
+/// in turn, share the conversion). Every path ends in the same float kernel (simd::dot /
+/// simd::axpy with packets, Eigen's without), so 16-bit and strided inputs give exactly
+/// the float result of the same values.
 template <class Backend, class Policy, class Real, class T>
 struct kv_row_source {
   using value_type = std::remove_cv_t<T>;
@@ -312,9 +312,9 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     k_copy[static_cast<std::size_t>(u)] = kd.template cast<Real>();
   });
   for (Index u = 0; u < bh; ++u) {
-    const std::size_t kv = static_cast<std::size_t>(u / s.heads * s.kv_heads + (u % s.heads) / group);
+    const auto kv = static_cast<std::size_t>(u / s.heads * s.kv_heads + (u % s.heads) / group);
     auto& hc = heads[static_cast<std::size_t>(u)];
-    if (per_query_head) {
+    if constexpr (per_query_head) {
       const rmat<Real>& kc = k_copy[static_cast<std::size_t>(u)];
       hc.k.data = kc.data();
       hc.k.rows = kc.rows();

@@ -335,10 +335,12 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
   constexpr Index bk = tiles<Real>::block_k;
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
+    const kv_block<Real> kt = hc.k.tile(j0, nk, ws.kt.data(), ws.kt.cols());
+    const kv_block<Real> vt = hc.v.tile(j0, nk, ws.vt.data(), ws.vt.cols());
     auto s = ws.s.topLeftCorner(nb, nk);
-    s.noalias() = ws.q.topRows(nb) * hc.k.tile(j0, nk, ws.kt.data(), ws.kt.cols()).block(0, nk).transpose();
+    s.noalias() = ws.q.topRows(nb) * kt.block(0, nk).transpose();
     for (Index r = 0; r < nb; ++r) softmax_step(hc, ci, r0, r, j0, nk, kend, ws);
-    ws.o.topRows(nb).noalias() += s * hc.v.tile(j0, nk, ws.vt.data(), ws.vt.cols()).block(0, nk);
+    ws.o.topRows(nb).noalias() += s * vt.block(0, nk);
   }
 }
 
