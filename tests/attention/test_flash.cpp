@@ -87,6 +87,23 @@ struct ramp_bias : posenc::policy_base {
   }
 };
 
+/// Keys scaled per (batch, query head) and position: a key transform that differs between
+/// the query heads of a GQA group (keys_per_query_head stays true), unlike RoPE's.
+struct head_scaled_keys : posenc::policy_base {
+  static constexpr bool transforms_keys = true;
+  struct head_type : posenc::head_base {
+    double gain = 1;
+    void transform_keys(Eigen::Ref<posenc::dmatrix> k) const {
+      for (Index j = 0; j < k.rows(); ++j) k.row(j) *= gain * (1.0 + 0.01 * double(j % 7));
+    }
+  };
+  head_type head(Index b, Index h, const posenc::attention_shape&) const {
+    head_type t;
+    t.gain = 0.6 + 0.3 * double(h) + 0.1 * double(b);
+    return t;
+  }
+};
+
 /// Every mask the kernel knows, on a given shape.
 std::vector<std::pair<std::string, posenc::attention_options>> masks(const sizes& z) {
   std::vector<std::pair<std::string, posenc::attention_options>> m;
@@ -204,6 +221,26 @@ TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)"
     const rmat<double> abs_table = random_matrix(400, z.dim, 9);
     check_parity(z, posenc::absolute_policy(abs_table), "absolute");
   }
+}
+
+TEST_CASE("key transforms: one copy per key head for RoPE, per query head where they differ",
+          "[flash]") {
+  // GQA groups of 3 query heads, prefill and decode: a per-query-head transform must
+  // reach each head (a copy shared by the group would give heads 1 and 2 head 0's keys),
+  // and RoPE, whose transform is the same for the group, shares one copy per key head.
+  for (const sizes& z : {sizes{2, 6, 2, 70, 300, 40, 24}, sizes{2, 6, 2, 1, 2000, 40, 24}}) {
+    const problem<float> p(z, 71);
+    posenc::attention_options opt;
+    opt.mask.causal = true;
+    opt.q_offset = z.len_k - z.len_q;
+    INFO("Lq = " << z.len_q);
+    CHECK(rel_err(run_flash(p, opt, head_scaled_keys{}), run_reference(p, opt, head_scaled_keys{})) < 2e-6);
+    CHECK(run_flash(p, opt, head_scaled_keys{}, 3) == run_flash(p, opt, head_scaled_keys{}, 1));
+    const posenc::rotary_policy rope(z.dim);
+    CHECK(rel_err(run_flash(p, opt, rope), run_reference(p, opt, rope)) < 2e-6);
+  }
+  static_assert(head_scaled_keys::keys_per_query_head && !posenc::rotary_policy::keys_per_query_head &&
+                !posenc::absolute_policy::keys_per_query_head);
 }
 
 TEST_CASE("flash handles multi-query, single keys and empty calls", "[flash]") {

@@ -31,6 +31,7 @@ struct absolute_gradient {
 class absolute_policy : public policy_base {
  public:
   static constexpr bool transforms_keys = true;
+  static constexpr bool keys_per_query_head = false;  // head() ignores the head index
   static constexpr bool transforms_queries = true;
   using gradient_type = absolute_gradient;
 

@@ -46,11 +46,12 @@
 ///     supported here — a compile-time error says so; use multi_head_attention.
 ///
 /// Extra memory: O(threads · 512 · (d + dv + 128)) for the tiles (decode: H times 8 rows
-/// per thread), plus a key copy per (batch, query head) where the policy transforms the
-/// keys: O(B · H · Lk · d). Inputs that are not contiguous rows of the working type (16-bit
-/// storage, strided views) are never copied whole: a prefill converts each key tile's rows
-/// into the tile buffers as it visits them, a decode each row in registers (or in a
-/// one-row buffer).
+/// per thread), plus a transformed key copy per (batch, key head) where the policy
+/// transforms the keys (per query head where the transform may differ between the heads
+/// of a group: Policy::keys_per_query_head): O(B · H_kv · Lk · d). Inputs that are not
+/// contiguous rows of the working type (16-bit storage, strided views) are never copied
+/// whole: a prefill converts each key tile's rows into the tile buffers as it visits them,
+/// a decode each row in registers (or in a one-row buffer).
 
 #include <Eigen/Core>
 
@@ -284,15 +285,18 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       }
     }
 
-  // Keys and values in working precision: per (batch, key head), or per (batch, query
-  // head) when the policy transforms the keys (a transformed copy). Inputs not read in
-  // place are converted a key tile at a time inside the kernels (kv_block::tile), or, in
-  // decode, which reads each key once, row by row as it visits them (kv_row_source):
-  // never as a whole copy, which would cost more memory than the tiles by O(N·d) per key
-  // head (a 16-bit cache twice over in float) and, in decode, more time than the attention.
-  constexpr bool per_query_head = Policy::transforms_keys;
+  // Keys and values in working precision, per (batch, key head). Keys the policy
+  // transforms are a transformed copy: per key head, or per query head where the
+  // transform may differ between the heads of a group (Policy::keys_per_query_head).
+  // Other inputs not read in place are converted a key tile at a time inside the kernels
+  // (kv_block::tile), or, in decode, which reads each key once, row by row as it visits
+  // them (kv_row_source): never as a whole copy, which would cost more memory than the
+  // tiles by O(N·d) per key head (a 16-bit cache twice over in float) and, in decode, more
+  // time than the attention.
+  constexpr bool transformed = Policy::transforms_keys;
+  constexpr bool per_query_head = transformed && Policy::keys_per_query_head;
   const bool decode = s.len_q <= T::decode_rows && s.len_k > T::decode_chunk;
-  const bool convert_k = decode && !per_query_head && !reads_in_place<Real>(slice_bh(k, 0, 0));
+  const bool convert_k = decode && !transformed && !reads_in_place<Real>(slice_bh(k, 0, 0));
   const bool convert_v = decode && !reads_in_place<Real>(slice_bh(v, 0, 0));
   std::vector<strided_view<TK, 2>> k_views;
   std::vector<strided_view<TV, 2>> v_views;
@@ -302,20 +306,24 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     k_views.push_back(slice_bh(k, u / s.kv_heads, u % s.kv_heads));
     v_views.push_back(slice_bh(v, u / s.kv_heads, u % s.kv_heads));
   }
-  std::vector<rmat<Real>> k_copy(static_cast<std::size_t>(per_query_head ? bh : 0));
-  parallel_for(static_cast<Index>(k_copy.size()), threads, [&](Index u, Index) {
+  // copy c: query head c (per_query_head), else key head c, transformed by the head of
+  // its group's first query head
+  const Index copies = !transformed ? 0 : per_query_head ? bh : s.batch * s.kv_heads;
+  std::vector<rmat<Real>> k_copy(static_cast<std::size_t>(copies));
+  parallel_for(copies, threads, [&](Index c, Index) {
+    const Index u = per_query_head ? c : c / s.kv_heads * s.heads + c % s.kv_heads * group;
     const auto ks = slice_bh(k, u / s.heads, (u % s.heads) / group);
     dmatrix kd(ks.extent(0), ks.extent(1));
     for (Index r = 0; r < kd.rows(); ++r)
-      for (Index c = 0; c < kd.cols(); ++c) kd(r, c) = to_real<double>(ks(r, c));
+      for (Index col = 0; col < kd.cols(); ++col) kd(r, col) = to_real<double>(ks(r, col));
     heads[static_cast<std::size_t>(u)].head.transform_keys(kd);
-    k_copy[static_cast<std::size_t>(u)] = kd.template cast<Real>();
+    k_copy[static_cast<std::size_t>(c)] = kd.template cast<Real>();
   });
   for (Index u = 0; u < bh; ++u) {
     const auto kv = static_cast<std::size_t>(u / s.heads * s.kv_heads + (u % s.heads) / group);
     auto& hc = heads[static_cast<std::size_t>(u)];
-    if constexpr (per_query_head) {
-      const rmat<Real>& kc = k_copy[static_cast<std::size_t>(u)];
+    if constexpr (transformed) {
+      const rmat<Real>& kc = k_copy[per_query_head ? static_cast<std::size_t>(u) : kv];
       hc.k.data = kc.data();
       hc.k.rows = kc.rows();
       hc.k.cols = kc.cols();

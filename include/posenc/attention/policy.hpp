@@ -119,6 +119,10 @@ struct no_gradient {};
 /// Defaults for every policy: no hooks used, no gradient, no validation.
 struct policy_base {
   static constexpr bool transforms_keys = false;     ///< calls head.transform_keys
+  /// With transforms_keys: whether transform_keys may differ between the query heads that
+  /// share a key head (GQA). false promises it does not, so the tiled kernel keeps one
+  /// transformed copy per key head instead of one per query head.
+  static constexpr bool keys_per_query_head = true;
   static constexpr bool transforms_queries = false;  ///< calls head.transform_query
   static constexpr bool has_score_term = false;      ///< calls head.score (pre-scale)
   static constexpr bool has_bias = false;            ///< calls head.bias (post-scale)

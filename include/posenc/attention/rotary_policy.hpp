@@ -30,6 +30,7 @@ namespace posenc {
 class rotary_policy : public policy_base {
  public:
   static constexpr bool transforms_keys = true;
+  static constexpr bool keys_per_query_head = false;  // head() ignores the head index
   static constexpr bool transforms_queries = true;
 
   /// Takes a double-precision rotary embedding (any configuration).
