@@ -171,64 +171,74 @@ kv_block<Real> kv_source(const strided_view<T, 2>& x) noexcept {
 }
 
 /// Decode's keys (or values), row by row, for accumulate_heads: dot(h, j, q) and
-/// axpy(h, j, a, o) take query head h's row j where it is (hcs[h].*block: read in place,
-/// or the policy's transformed copy) or, where the rows need converting (`convert`), from
-/// x at key head h / group: straight from the caller's 16-bit (or float) row, widened in
-/// registers, when the backend has packet loads for it and the row has unit stride; else
-/// converted into a one-row buffer as it is visited (the query heads of a group, visited
-/// in turn, share the conversion). Every path ends in the same float kernel (simd::dot /
-/// simd::axpy with packets, Eigen's without), so 16-bit and strided inputs give exactly
-/// the float result of the same values.
+/// axpy(h, j, a, o) take row j of query head h's block (hcs[h].*block) where it is; a
+/// block that converts (kv_block::convert: 16-bit or strided storage of T) is read
+/// straight from the caller's row, widened in registers, when the backend has packet
+/// loads for T and the rows have unit stride, else converted into a one-row buffer as it
+/// is visited (the query heads of a group, visited in turn, share the conversion). Every
+/// path ends in the same float kernel (simd::dot / simd::axpy with packets, Eigen's
+/// without), so 16-bit and strided inputs give exactly the float result of the same values.
 template <class Backend, class Policy, class Real, class T>
 struct kv_row_source {
   using value_type = std::remove_cv_t<T>;
+  using view = strided_view<T, 2>;  // what kv_source gave a converting block as its source
   static constexpr bool packet_rows = simd::has_widening_ops_v<Backend, Real>;
   static constexpr bool packet_storage =
       packet_rows && simd::has_widening_ops_v<Backend, value_type>;
   using crow = Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>;
 
-  const head_context<Policy, Real>* hcs;
-  kv_block<Real> head_context<Policy, Real>::*block;
-  strided_view<T, 4> x;
-  Index b, group;
-  bool convert;
-  bool widen_in_registers = convert && packet_storage && x.inner_contiguous();
-  std::vector<Real> buf =
-      std::vector<Real>(static_cast<std::size_t>(convert && !widen_in_registers ? x.extent(3) : 0));
-  Index last_g = -1, last_j = -1;
+  kv_row_source(const head_context<Policy, Real>* heads, kv_block<Real> head_context<Policy, Real>::*blk)
+      : hcs(heads), block(blk), n((heads->*blk).cols) {
+    const kv_block<Real>& b0 = heads->*blk;  // every head's block is alike (one call's layout)
+    widen_in_registers = packet_storage && !b0.data && source(b0).inner_contiguous();
+    if (!b0.data && !widen_in_registers) buf.resize(static_cast<std::size_t>(n));
+  }
 
-  /// q · row j of head h (q: x.extent(3) values).
+  /// q · row j of head h (q: cols values).
   Real dot(Index h, Index j, const Real* q) noexcept {
-    const Index n = x.extent(3);
     if constexpr (packet_storage)
-      if (widen_in_registers) return simd::dot<Backend>(q, x.vector_ptr(b, j, h / group), n);
+      if (widen_in_registers) return simd::dot<Backend>(q, stored_row(h, j), n);
     const Real* r = row(h, j);
     if constexpr (packet_rows) return simd::dot<Backend>(q, r, n);
     else return crow(q, n).dot(crow(r, n));
   }
   /// o += a · row j of head h.
   void axpy(Index h, Index j, Real a, Real* o) noexcept {
-    const Index n = x.extent(3);
     if constexpr (packet_storage)
-      if (widen_in_registers) return simd::axpy<Backend>(a, x.vector_ptr(b, j, h / group), n, o);
+      if (widen_in_registers) return simd::axpy<Backend>(a, stored_row(h, j), n, o);
     const Real* r = row(h, j);
     if constexpr (packet_rows) simd::axpy<Backend>(a, r, n, o);
     else Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
   }
   void prefetch(Index h, Index j) const noexcept {
-    if (!convert)
-      prefetch_row((hcs[h].*block).row(j), x.extent(3));
-    else if (x.inner_contiguous())
-      prefetch_row(x.vector_ptr(b, j, h / group), x.extent(3));
+    const kv_block<Real>& b = hcs[h].*block;
+    if (b.data)
+      prefetch_row(b.row(j), n);
+    else if (source(b).inner_contiguous())
+      prefetch_row(source(b).vector_ptr(j), n);
   }
 
  private:
+  const head_context<Policy, Real>* hcs;
+  kv_block<Real> head_context<Policy, Real>::*block;
+  Index n;
+  bool widen_in_registers = false;
+  std::vector<Real> buf;  // one converted row
+  const void* last_source = nullptr;
+  Index last_j = -1;
+
+  static const view& source(const kv_block<Real>& b) noexcept {
+    return *static_cast<const view*>(b.source);
+  }
+  const value_type* stored_row(Index h, Index j) const noexcept {
+    return source(hcs[h].*block).vector_ptr(j);
+  }
   const Real* row(Index h, Index j) noexcept {
-    if (!convert) return (hcs[h].*block).row(j);
-    const Index g = h / group;
-    if (g != last_g || j != last_j) {
-      convert_vector<Backend>(x, buf.data(), b, j, g);
-      last_g = g;
+    const kv_block<Real>& b = hcs[h].*block;
+    if (b.data) return b.row(j);
+    if (b.source != last_source || j != last_j) {
+      b.tile(j, 1, buf.data(), n);
+      last_source = b.source;
       last_j = j;
     }
     return buf.data();
@@ -295,9 +305,6 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
   // time than the attention.
   constexpr bool transformed = Policy::transforms_keys;
   constexpr bool per_query_head = transformed && Policy::keys_per_query_head;
-  const bool decode = s.len_q <= T::decode_rows && s.len_k > T::decode_chunk;
-  const bool convert_k = decode && !transformed && !reads_in_place<Real>(slice_bh(k, 0, 0));
-  const bool convert_v = decode && !reads_in_place<Real>(slice_bh(v, 0, 0));
   std::vector<strided_view<TK, 2>> k_views;
   std::vector<strided_view<TV, 2>> v_views;
   k_views.reserve(static_cast<std::size_t>(s.batch * s.kv_heads));
@@ -328,10 +335,10 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       hc.k.rows = kc.rows();
       hc.k.cols = kc.cols();
       hc.k.ld = kc.cols();
-    } else if (!convert_k) {
+    } else {
       hc.k = kv_source<Backend, Real>(k_views[kv]);
     }
-    if (!convert_v) hc.v = kv_source<Backend, Real>(v_views[kv]);
+    hc.v = kv_source<Backend, Real>(v_views[kv]);
   }
 
   const Index workers = std::max<Index>(1, threads);
@@ -339,7 +346,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
   for (auto& w : ws) w.reserve(s.dim, s.dim_v, shaw_rows);
   const Backend tag{};
 
-  if (decode) {
+  if (s.len_q <= T::decode_rows && s.len_k > T::decode_chunk) {
     // Decode: split the keys into fixed chunks, then merge the partial softmax results.
     const Index chunks = (s.len_k + T::decode_chunk - 1) / T::decode_chunk;
     const Index nb = s.len_q;
@@ -376,8 +383,8 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
         k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
       }
       // every head of the batch, key by key (the mask's limits do not depend on the head)
-      kv_row_source<Backend, Policy, Real, TK> kr{hb, &head_context<Policy, Real>::k, k, b, group, convert_k};
-      kv_row_source<Backend, Policy, Real, TV> vr{hb, &head_context<Policy, Real>::v, v, b, group, convert_v};
+      kv_row_source<Backend, Policy, Real, TK> kr(hb, &head_context<Policy, Real>::k);
+      kv_row_source<Backend, Policy, Real, TV> vr(hb, &head_context<Policy, Real>::v);
       if (k0 < k_end) accumulate_heads(hb, kr, vr, s.heads, ci, nb, k0, k_end, wh.data());
       for (Index h = 0; h < s.heads; ++h) {
         const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
