@@ -103,6 +103,11 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
   };
   be::rope_rotate(B{}, token(xa, ya));
   be::rope_rotate(be::scalar{}, token(xb, yb));
+  // a call that streams from memory walks the heads in another order: the same bits
+  std::vector<T> xs = x0, ys = y0;
+  auto streaming = token(xs, ys);
+  streaming.streaming = true;
+  be::rope_rotate(B{}, streaming);
   INFO(B::name() << (rc.interleaved ? " interleaved" : " half") << " D " << rc.head_dim << " r "
                  << rc.rotary_dim << " H " << rc.heads << " head stride " << hs << " dim stride "
                  << ds << (in_place ? " in place" : " out of place") << (inverse ? " inverse" : ""));
@@ -111,6 +116,8 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
     fused_rope(token(xf, yf));
     CHECK(xa == xf);
     CHECK(ya == yf);
+    CHECK(xs == xf);
+    CHECK(ys == yf);
   } else {
     // strided dims go to the scalar kernel unchanged
     CHECK(xa == xb);
@@ -188,6 +195,18 @@ TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend",
           CHECK(max_diff(c, d) <= tol);
           CHECK(max_diff(a, c) > 0.1);
         }
+    // a call over more than rope_streaming_bytes (the kernels' from-memory order)
+    const Index Lb = be::rope_streaming_bytes / (8 * 128 * Index(sizeof(float))) + 3;
+    for (auto pairing : {posenc::rope_pairing::half, posenc::rope_pairing::interleaved}) {
+      posenc::rotary_embedding<float, B> fast(128, -1, 10000.0, pairing);
+      posenc::rotary_embedding<float, be::scalar> ref(128, -1, 10000.0, pairing);
+      std::vector<float> a = posenc_test::random_values<float>(static_cast<std::size_t>(Lb * 8 * 128), 4);
+      std::vector<float> b = a;
+      fast.apply(posenc::view_bshd(a.data(), 1, Lb, 8, 128), Index{3});
+      ref.apply(posenc::view_bshd(b.data(), 1, Lb, 8, 128), Index{3});
+      INFO(B::name() << " " << posenc::to_string(pairing) << ", " << Lb << " tokens");
+      CHECK(max_diff(a, b) <= tol);
+    }
   });
 }
 
@@ -479,6 +498,11 @@ void compare_token_lowp(const rope_case& rc, Index hs, Index ds, bool in_place, 
   };
   be::rope_rotate(B{}, token(xa, ya));
   be::rope_rotate(be::scalar{}, token(xb, yb));
+  // a call that streams from memory walks the heads in another order: the same bits
+  std::vector<T> xs = x0, ys = y0;
+  auto streaming = token(xs, ys);
+  streaming.streaming = true;
+  be::rope_rotate(B{}, streaming);
   INFO(B::name() << (std::is_same_v<T, Eigen::half> ? " half" : " bfloat16")
                  << (rc.interleaved ? " interleaved" : " half pairing") << " D " << rc.head_dim
                  << " r " << rc.rotary_dim << " H " << rc.heads << " head stride " << hs
@@ -491,6 +515,8 @@ void compare_token_lowp(const rope_case& rc, Index hs, Index ds, bool in_place, 
     fused_rope(token(xf, yf));
     const std::vector<T> want = to_t(in_place ? xf : yf);
     CHECK(std::memcmp(got.data(), want.data(), n * sizeof(T)) == 0);
+    CHECK(std::memcmp(xs.data(), xa.data(), n * sizeof(T)) == 0);
+    CHECK(std::memcmp(ys.data(), ya.data(), n * sizeof(T)) == 0);
   } else {
     CHECK(std::memcmp(got.data(), scal.data(), n * sizeof(T)) == 0);
   }

@@ -69,7 +69,21 @@ struct rope_token {
   const C* cos = nullptr;  ///< r/2 values for this token (attention factor, xPos folded in)
   const C* sin = nullptr;  ///< r/2 values
   bool inverse = false;    ///< rotate by -angle (sin negated)
+  /// The call moves more than rope_streaming_bytes: memory-bound, so a kernel should read
+  /// in memory order (one forward stream) rather than save loads of cos/sin.
+  bool streaming = false;
 };
+
+/// Calls that read more bytes of Q and K than this (about a core's L2 plus its share of
+/// L3) set rope_token::streaming: their data comes from memory, not from the caches.
+inline constexpr Index rope_streaming_bytes = Index(4) << 20;
+
+/// rope_token::streaming for a call over `values` elements of T (in double: the extents of
+/// broadcast views may multiply past Index).
+template <class T>
+inline bool rope_streams(double values) noexcept {
+  return values * static_cast<double>(sizeof(T)) > static_cast<double>(rope_streaming_bytes);
+}
 
 namespace detail {
 

@@ -18,8 +18,9 @@
 ///
 /// Loop order: heads outside, packet chunks inside, so each head is streamed in memory
 /// order; the token's cos/sin stay in registers (half pairing, up to 8 packets) or in L1
-/// (the interleaved pairing expands them once per token) and are reused by every head. The
-/// interleaved pairing walks four heads side by side, so each cos/sin load serves four.
+/// (the interleaved pairing expands them once per token) and are reused by every head. In
+/// cache the interleaved pairing walks four heads side by side, so each cos/sin load serves
+/// four; a call that streams from memory (rope_token::streaming) walks one head at a time.
 ///
 ///     half         chunk i: a = x[i .. i+W), b = x[i+r/2 .. i+r/2+W), c, s = cos/sin[i .. i+W)
 ///                  y_a = fnmadd(b, s, a c),  y_b = fmadd(a, s, b c)
@@ -38,7 +39,6 @@
 /// y) the two are equal or adjacent values of T.
 
 #include <algorithm>
-#include <cstdint>
 #include <type_traits>
 
 #include "../scalar/rotary.hpp"
@@ -160,21 +160,17 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
       sb[2 * i] = -sn;
       sb[2 * i + 1] = sn;
     }
-    // Four heads per pass over the expanded cos/sin: one load of each serves four
-    // rotations (the stack copy is reloaded from L1 for every packet; an 8-lane register
-    // file cannot hold it). Heads one at a time were 1.3-1.5x slower in L2 (AVX2, and
-    // 2x on AVX-512). Four streams 512 bytes apart outran an AMD Zen 5's hardware
-    // prefetchers, though (a 64 MiB Q ran at 0.55x of a read-modify-write pass, against
-    // 0.8-0.9x one head at a time), so each line is also asked for `ahead` bytes early:
-    // with float and D = 128, the line 16 heads on in [L, H, D], 16 tokens on in [H, L, D]
-    // (docs/backends.md).
+    // In cache, four heads per pass over the expanded cos/sin: one load of each serves
+    // four rotations (the stack copy is reloaded from L1 for every packet; an 8-lane
+    // register file cannot hold it); heads one at a time were 1.3-1.5x slower in L2 (AVX2,
+    // and 2x on AVX-512). From memory (t.streaming), one head at a time: four streams 512
+    // bytes apart outran the hardware prefetchers of AMD's Zen 4 and Zen 5 (a 64 MiB Q at
+    // 0.4-0.55x of a read-modify-write pass, 0.9x one head at a time; docs/backends.md).
     constexpr Index group = 4;
-    constexpr std::uintptr_t ahead = 8192;
-    constexpr Index line = 64 / static_cast<Index>(sizeof(T));
     const Index ihs = t.in_head_stride, ohs = t.out_head_stride;
-    // g heads from h (g = group as a compile-time constant for full groups): the g loads
-    // are issued before the g stores, which the compiler may not reorder itself (the heads
-    // could alias as far as it knows)
+    // g heads from h (a compile-time constant): the g loads are issued before the g
+    // stores, which the compiler may not reorder itself (the heads could alias as far as
+    // it knows)
     const auto pass = [&](Index h, auto g) {
       const T* x = t.in + h * ihs;
       T* y = t.out + h * ohs;
@@ -182,12 +178,6 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
       Index e = 0;
       for (; e + W <= r; e += W) {
         const P c = P::load(cb + e), s = P::load(sb + e);
-        if (e % line == 0)
-          for (Index j = 0; j < g; ++j) {
-            // integer arithmetic: the address may lie past the buffer
-            const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(x + j * ihs + e) + ahead;
-            POSENC_PREFETCH(reinterpret_cast<const void*>(at));
-          }
         for (Index j = 0; j < g; ++j) v[j] = IO::load(x + j * ihs + e);
         for (Index j = 0; j < g; ++j) IO::store(y + j * ohs + e, fmadd(swap_pairs(v[j]), s, v[j] * c));
       }
@@ -200,8 +190,9 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
       }
     };
     Index h = 0;
-    for (; h + group <= t.heads; h += group) pass(h, std::integral_constant<Index, group>{});
-    if (h < t.heads) pass(h, t.heads - h);
+    if (!t.streaming)
+      for (; h + group <= t.heads; h += group) pass(h, std::integral_constant<Index, group>{});
+    for (; h < t.heads; ++h) pass(h, std::integral_constant<Index, 1>{});
   } else {
     // interleaved, very wide rotation: expand one chunk at a time, heads inside
     for (Index e = 0; e < r; e += W) {

@@ -161,6 +161,12 @@ class multi_axis_rotary {
     t.pair_offset = pairing_ == rope_pairing::half ? pairs : 1;
     t.cos = cs.data();
     t.sin = cs.data() + pairs;
+    double values = 0;  // of Q and K
+    for (const heads_view<Scalar>* v : {&q, &k})
+      if (v->data() != nullptr)
+        values += static_cast<double>(batch) * static_cast<double>(seq) *
+                  static_cast<double>(v->extent(2)) * static_cast<double>(head_dim_);
+    t.streaming = backend::rope_streams<Scalar>(values);
     // batch, tokens: one cos/sin row per token, shared by every head of q and k
     for (Index b = 0; b < batch; ++b) {
       for (Index l = 0; l < seq; ++l) {

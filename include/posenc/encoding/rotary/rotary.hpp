@@ -426,6 +426,11 @@ class rotary_embedding {
     t.pair_step = pairing_ == rope_pairing::half ? 1 : 2;
     t.pair_offset = pairing_ == rope_pairing::half ? pairs : 1;
     t.inverse = inverse;
+    double values = 0;  // of Q and K
+    for (int j = 0; j < count; ++j)
+      values += static_cast<double>(batch) * static_cast<double>(seq) *
+                static_cast<double>(jobs[j].in.extent(2)) * static_cast<double>(head_dim_);
+    t.streaming = backend::rope_streams<Scalar>(values);
     const bool shared_ids = positions.has_ids() && positions.count() == seq;
 
     // batch, then tokens: one cos/sin row per token, reused by every head of q and k
