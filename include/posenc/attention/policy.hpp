@@ -208,7 +208,7 @@ dmatrix materialize_score(const Policy& policy, Index batch, Index head,
     auto h = policy.head(batch, head, shape);
     drow row(shape.dim);
     for (Index i = 0; i < shape.len_q; ++i) {
-      row = q.row(i).template cast<double>();
+      row.leftCols(shape.dim) = q.row(i).template cast<double>();  // a block: never resizes
       h.begin_row(shape.q_offset + i, row);
       for (Index j = 0; j < shape.len_k; ++j) out(i, j) = h.score(shape.q_offset + i, j);
     }
