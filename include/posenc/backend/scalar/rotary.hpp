@@ -74,9 +74,11 @@ struct rope_token {
   bool streaming = false;
 };
 
-/// Calls that read more bytes of Q and K than this (about a core's L2 plus its share of
-/// L3) set rope_token::streaming: their data comes from memory, not from the caches.
-inline constexpr Index rope_streaming_bytes = Index(4) << 20;
+/// Calls that read more bytes of Q and K than this set rope_token::streaming: their data
+/// is taken to come from memory, not from the caches. 8 MiB: on a Zen 4 core (1 MiB L2, a
+/// shared 32 MiB L3) the four-head walk stayed ahead up to 8-10 MiB of Q (20-27 % at 6-8
+/// MiB on AVX-512, even on AVX2) and fell to half the speed past 12 MiB (docs/backends.md).
+inline constexpr Index rope_streaming_bytes = Index(8) << 20;
 
 /// rope_token::streaming for a call over `values` elements of T (in double: the extents of
 /// broadcast views may multiply past Index).
