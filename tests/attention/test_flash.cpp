@@ -460,6 +460,23 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
       const posenc::alibi_policy alibi(2, posenc::alibi_form::symmetric);
       CHECK(rel_err(run_flash<B>(p, far, alibi), run_reference(p, far, alibi)) < 2e-6);
     }
+    // Logits far past float's exp range (hundreds): each tile's running max has to be the
+    // true max over every key, or 2^(logit - max) overflows. The logits' own float
+    // rounding (about 1e-7 of hundreds) bounds the parity here (6e-6 seen), not 2e-6.
+    {
+      const sizes z{1, 2, 1, 40, 300, 16, 8};
+      problem<float> p(z, 23);
+      p.q.array() = 0.5f + 0.5f * p.q.array();  // in [0, 1]
+      // keys 1, 6, 203 and 258 (none a multiple of 4, two per key tile): logits near 160,
+      // 230 in base 2, where the others are a few units
+      for (Index j : {1, 6, 203, 258}) p.k.row(j).setConstant(80.0f);
+      for (auto [name, opt] : masks(z)) {
+        INFO(B::name() << " / " << name << " with logits in the hundreds");
+        const rmat<float> got = run_flash<B>(p, opt, posenc::no_position{});
+        CHECK(got.allFinite());
+        CHECK(rel_err(got, run_reference(p, opt, posenc::no_position{})) < 2e-5);
+      }
+    }
     // Infinite inputs: the NaN pattern and every finite value as in the reference.
     const sizes z{1, 1, 1, 40, 300, 16, 8};
     problem<float> p(z, 99);

@@ -249,10 +249,15 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
     }
   }
   const P m_old = P::load(m);
-  P mx = m_old;
   // a NaN logit is passed over here on x86 (max returns its second operand), made the max
-  // on NEON; either way it turns the row's sum into NaN below
-  for (Index j = 0; j < low; ++j) mx = max(P::load(st + j * lds), mx);
+  // on NEON; either way it turns the row's sum into NaN below. Four running maxima, since
+  // one would wait on max's latency at every key.
+  P mx4[4] = {m_old, m_old, m_old, m_old};
+  Index j4 = 0;
+  for (; j4 + 4 <= low; j4 += 4)
+    for (int u = 0; u < 4; ++u) mx4[u] = max(P::load(st + (j4 + u) * lds), mx4[u]);
+  for (; j4 < low; ++j4) mx4[0] = max(P::load(st + j4 * lds), mx4[0]);
+  P mx = max(max(mx4[0], mx4[1]), max(mx4[2], mx4[3]));
   for (Index j = low; j < nk; ++j)
     mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx), mx);
   // α = 2^(m_old - m_new); 1 where the max did not move (also when both are -inf)
@@ -260,9 +265,19 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
   // rows whose max is still -inf saw no finite logit: subtracting 0 instead gives exp(-inf)
   // = 0 for their keys, NaN for a NaN one
   const P shift = select(equal(mx, neg_inf), P::zero(), mx);
-  P sum = P::zero();
-  for (Index j = 0; j < low; ++j) {
-    float* s = st + j * lds;
+  // two partial sums (even and odd keys), so that consecutive keys' exponentials overlap
+  P sum = P::zero(), sum_odd = P::zero();
+  Index j2 = 0;
+  for (; j2 + 2 <= low; j2 += 2) {
+    float* s = st + j2 * lds;
+    const P p0 = exp2_nonpositive(P::load(s) - shift), p1 = exp2_nonpositive(P::load(s + lds) - shift);
+    p0.store(s);
+    p1.store(s + lds);
+    sum = sum + p0;
+    sum_odd = sum_odd + p1;
+  }
+  if (j2 < low) {
+    float* s = st + j2 * lds;
     const P p = exp2_nonpositive(P::load(s) - shift);
     p.store(s);
     sum = sum + p;
@@ -274,6 +289,7 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
     p.store(s);
     sum = sum + p;
   }
+  sum = sum + sum_odd;
   mx.store(m);
   a.store(alpha);
   // l = α l + Σ p, in double
