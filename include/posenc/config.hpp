@@ -59,12 +59,15 @@
 #define POSENC_INLINE inline __attribute__((always_inline))
 #endif
 
-/// Hints the cache to fetch the line at address p for reading, or (_WRITE) for writing
+/// Hints the cache to fetch the line at address p for reading, or (_WRITE) for writing,
+/// or (_L2) for reading into the outer caches only, for data needed later than soon
 /// (no-ops where unsupported).
 #if defined(__GNUC__) || defined(__clang__)
 #define POSENC_PREFETCH(p) __builtin_prefetch(p)
 #define POSENC_PREFETCH_WRITE(p) __builtin_prefetch(p, 1)
+#define POSENC_PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
 #else
 #define POSENC_PREFETCH(p) ((void)(p))
 #define POSENC_PREFETCH_WRITE(p) ((void)(p))
+#define POSENC_PREFETCH_L2(p) ((void)(p))
 #endif

@@ -109,6 +109,15 @@ struct kv_block {
     }
     return t;
   }
+  /// Asks for rows [j0, j0 + n) in the outer caches (not L1, which a whole key tile would
+  /// flush); rows read through the converter are left to the hardware.
+  void prefetch(Index j0, Index n) const noexcept {
+    if (!data) return;
+    for (Index j = j0; j < j0 + n; ++j) {
+      const char* b = reinterpret_cast<const char*>(row(j));
+      for (Index off = 0; off < cols * static_cast<Index>(sizeof(Real)); off += 64) POSENC_PREFETCH_L2(b + off);
+    }
+  }
 };
 
 /// log2(e): the SIMD lane kernel computes its softmax in base 2 (backend/simd/flash.hpp).

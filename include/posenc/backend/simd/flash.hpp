@@ -429,8 +429,19 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
             ref[r] = lim == 0 ? 0.0f : static_cast<float>((sym ? ci.shape.q_offset + r0 + r : last) - j0);
           }
         }
+        // The next tile's K and V rows, a slice per group of rows, into L2: rows H·d floats
+        // apart start a new page every row or two, where the hardware prefetchers stop, so
+        // the first group's pass over a tile missed L2 at every row. 8-10 % at N = 2048,
+        // d = 128, 10-24 % at N = 8192 (AVX2 and AVX-512, docs/benchmarks.md); the same
+        // prefetch into L1 gained nothing (a whole tile evicts the one being worked on).
+        const Index next = j0 + nk, next_n = std::min(bk, kend - next), groups = (vectors + RV - 1) / RV;
         for (Index rv = 0; rv < vectors; rv += RV) {
           const int nr = static_cast<int>(std::min<Index>(RV, vectors - rv));
+          if (next_n > 0) {
+            const Index g = rv / RV, a = next + next_n * g / groups, b = next + next_n * (g + 1) / groups;
+            hc.k.prefetch(a, b - a);
+            hc.v.prefetch(a, b - a);
+          }
           // ext[v]: keys [0, ext[v]) of the tile are seen by some row of vector v. Segment
           // s runs keys [pm[s-1], pm[s]) (pm: running max of ext) on vectors s..nr-1, the
           // only ones that see them, so a causal diagonal tile costs its own triangle,
