@@ -441,11 +441,11 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     // go out in order to `workers` threads); earlier, K and V would evict them from L2.
     const Index last_tile = std::max<Index>(0, max_lim - 1) / T::block_k * T::block_k;
     accumulate(hc, ci, r0, nb, Index(0), last_tile, w, tag);
-    prefetch_rows<true>(slice_bh(out, hc.batch, hc.head_index), r0, nb);
+    prefetch_rows<cache_hint::write>(slice_bh(out, hc.batch, hc.head_index), r0, nb);
     if (const Index un = u + workers; un < blocks * bh) {
       const auto& hn = heads[static_cast<std::size_t>(un % bh)];
       const Index rn = (blocks - 1 - un / bh) * T::block_q;
-      prefetch_rows<false>(slice_bh(q, hn.batch, hn.head_index), rn, T::block_q);
+      prefetch_rows<cache_hint::read>(slice_bh(q, hn.batch, hn.head_index), rn, T::block_q);
     }
     accumulate(hc, ci, r0, nb, last_tile, max_lim, w, tag);
     finish_block(hc, r0, nb, w, slice_bh(out, hc.batch, hc.head_index), tag);

@@ -77,6 +77,22 @@ struct tiles {
   static constexpr Index decode_chunk = 1024;
 };
 
+/// What a prefetch asks for: reading soon (into L1), writing, or reading later (into the
+/// outer caches only, for more data than L1 holds).
+enum class cache_hint { read, write, read_later };
+
+/// Asks for the cache lines of n values at p: decode reads each K and V row once; the
+/// prefill loop, a block's query and output rows and the SIMD kernel the next key tile.
+template <cache_hint Hint = cache_hint::read, class Real>
+inline void prefetch_row(const Real* p, Index n) noexcept {
+  const char* b = reinterpret_cast<const char*>(p);
+  for (Index off = 0; off < n * static_cast<Index>(sizeof(Real)); off += 64) {
+    if constexpr (Hint == cache_hint::write) POSENC_PREFETCH_WRITE(b + off);
+    else if constexpr (Hint == cache_hint::read_later) POSENC_PREFETCH_L2(b + off);
+    else POSENC_PREFETCH(b + off);
+  }
+}
+
 /// Keys (or values) of one head in working precision: a row-major block, inner stride 1,
 /// read in place (`data`); or, for inputs that are not (16-bit storage, a strided last
 /// axis), the caller's rows, which `convert` writes in working precision tile by tile
@@ -113,10 +129,7 @@ struct kv_block {
   /// flush); rows read through the converter are left to the hardware.
   void prefetch(Index j0, Index n) const noexcept {
     if (!data) return;
-    for (Index j = j0; j < j0 + n; ++j) {
-      const char* b = reinterpret_cast<const char*>(row(j));
-      for (Index off = 0; off < cols * static_cast<Index>(sizeof(Real)); off += 64) POSENC_PREFETCH_L2(b + off);
-    }
+    for (Index j = j0; j < j0 + n; ++j) prefetch_row<cache_hint::read_later>(row(j), cols);
   }
 };
 
@@ -353,24 +366,13 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
   }
 }
 
-/// Asks for the cache lines of n values at p, for reading or (Write) for writing: decode
-/// reads each K and V row once; the prefill loop, a block's query and output rows.
-template <bool Write = false, class Real>
-inline void prefetch_row(const Real* p, Index n) noexcept {
-  const char* b = reinterpret_cast<const char*>(p);
-  for (Index off = 0; off < n * static_cast<Index>(sizeof(Real)); off += 64) {
-    if constexpr (Write) POSENC_PREFETCH_WRITE(b + off);
-    else POSENC_PREFETCH(b + off);
-  }
-}
-
 /// prefetch_row over rows [r0, r0 + n) of a [rows, dim] view with unit inner stride
 /// (other views are left alone).
-template <bool Write, class T>
+template <cache_hint Hint, class T>
 inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexcept {
   if (!x.inner_contiguous()) return;
   for (Index r = std::max<Index>(r0, 0); r < std::min(r0 + n, x.extent(0)); ++r)
-    prefetch_row<Write>(x.vector_ptr(r), x.extent(1));
+    prefetch_row<Hint>(x.vector_ptr(r), x.extent(1));
 }
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
