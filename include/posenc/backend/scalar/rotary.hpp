@@ -77,7 +77,7 @@ struct rope_token {
 /// Calls that read more bytes of Q and K than this set rope_token::streaming: their data
 /// is taken to come from memory, not from the caches. 8 MiB: on a Zen 4 core (1 MiB L2, a
 /// shared 32 MiB L3) the four-head walk stayed ahead up to 8-10 MiB of Q (20-27 % at 6-8
-/// MiB on AVX-512, even on AVX2) and fell to half the speed past 12 MiB (docs/backends.md).
+/// MiB on AVX-512, level on AVX2) and fell to half the speed past 12 MiB (docs/backends.md).
 inline constexpr Index rope_streaming_bytes = Index(8) << 20;
 
 /// rope_token::streaming for a call over `values` elements of T (in double: the extents of

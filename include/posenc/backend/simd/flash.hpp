@@ -256,9 +256,9 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
   Index j4 = 0;
   for (; j4 + 4 <= low; j4 += 4)
     for (int u = 0; u < 4; ++u) mx4[u] = max(P::load(st + (j4 + u) * lds), mx4[u]);
-  for (; j4 < low; ++j4) mx4[0] = max(P::load(st + j4 * lds), mx4[0]);
   P mx = max(max(mx4[0], mx4[1]), max(mx4[2], mx4[3]));
-  for (Index j = low; j < nk; ++j)
+  // the rest, with the per-lane test (every lane sees the keys below `low`)
+  for (Index j = j4; j < nk; ++j)
     mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx), mx);
   // α = 2^(m_old - m_new); 1 where the max did not move (also when both are -inf)
   const P a = select(equal(m_old, mx), P::broadcast(1.0f), exp2_nonpositive(m_old - mx));
@@ -276,13 +276,7 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
     sum = sum + p0;
     sum_odd = sum_odd + p1;
   }
-  if (j2 < low) {
-    float* s = st + j2 * lds;
-    const P p = exp2_nonpositive(P::load(s) - shift);
-    p.store(s);
-    sum = sum + p;
-  }
-  for (Index j = low; j < nk; ++j) {
+  for (Index j = j2; j < nk; ++j) {
     float* s = st + j * lds;
     const P p = select(less(P::broadcast(static_cast<float>(j)), visible),
                        exp2_nonpositive(P::load(s) - shift), P::zero());
