@@ -71,11 +71,12 @@ struct register_tile_32 {
   static constexpr Index kv_floats = std::numeric_limits<Index>::max();
 };
 #if POSENC_ARCH_AVX2
-/// 16 ymm registers: 2 x 6 accumulators + 2 rows + 1 broadcast.
+/// 16 ymm registers: 2 x 6 accumulators + 2 rows + 1 broadcast; 128-key tiles from
+/// d + dv = 128 up (see key_tile).
 template <>
 struct register_tile<backend::avx2> {
   static constexpr int rows = 2, cols = 6;
-  static constexpr Index kv_floats = 256 * 128;
+  static constexpr Index kv_floats = 256 * 64;
 };
 #endif
 #if POSENC_ARCH_AVX512
@@ -297,7 +298,9 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
 /// `register_tile::kv_floats / 256` floats together. With heads interleaved ([B, L, H, d])
 /// the rows of a tile lie H·d floats apart and share a fraction of L2's sets; the AVX2
 /// kernel, which streams each tile through L1 for eight vectors of rows, ran about 10 %
-/// faster at d = dv = 128 with 128-key tiles (AVX-512: no consistent change, 256 kept).
+/// faster at d = dv = 128 with 128-key tiles, and 3-10 % faster at d = dv = 64 (N = 512 to
+/// 8192: a 128-key tile's K (32 KiB) no longer evicts the logits the softmax reads next).
+/// AVX-512 at d = 64 and 128: 0-5 % slower at N = 512, mixed above; 256 kept.
 template <class Arch>
 inline Index key_tile(Index d, Index dv) noexcept {
   return (d + dv) * 256 <= register_tile<Arch>::kv_floats ? 256 : 128;
