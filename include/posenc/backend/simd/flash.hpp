@@ -298,9 +298,10 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
 /// `register_tile::kv_floats / 256` floats together. With heads interleaved ([B, L, H, d])
 /// the rows of a tile lie H·d floats apart and share a fraction of L2's sets; the AVX2
 /// kernel, which streams each tile through L1 for eight vectors of rows, ran about 10 %
-/// faster at d = dv = 128 with 128-key tiles, and 3-10 % faster at d = dv = 64 (N = 512 to
-/// 8192: a 128-key tile's K (32 KiB) no longer evicts the logits the softmax reads next).
-/// AVX-512 at d = 64 and 128: 0-5 % slower at N = 512, mixed above; 256 kept.
+/// faster at d = dv = 128 with 128-key tiles, and at d = dv = 64 4-6 % faster at N = 512,
+/// 3-9 % at N = 8192, level at 2048 (a 128-key tile's K, 32 KiB, no longer evicts the
+/// logits the softmax reads next). AVX-512 at d = 64 and 128: 0-5 % slower at N = 512,
+/// mixed above; 256 kept.
 template <class Arch>
 inline Index key_tile(Index d, Index dv) noexcept {
   return (d + dv) * 256 <= register_tile<Arch>::kv_floats ? 256 : 128;
