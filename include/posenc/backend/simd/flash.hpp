@@ -71,8 +71,8 @@ struct register_tile_32 {
   static constexpr Index kv_floats = std::numeric_limits<Index>::max();
 };
 #if POSENC_ARCH_AVX2
-/// 16 ymm registers: 2 x 6 accumulators + 2 rows + 1 broadcast; 128-key tiles from
-/// d + dv = 128 up (see key_tile).
+/// 16 ymm registers: 2 x 6 accumulators + 2 rows + 1 broadcast; 128-key tiles once
+/// d + dv > 64 (see key_tile).
 template <>
 struct register_tile<backend::avx2> {
   static constexpr int rows = 2, cols = 6;
