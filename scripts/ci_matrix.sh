@@ -12,13 +12,16 @@
 #                                      the examples, so the CLI is compiled by both compilers)
 #   arm64  aarch64-linux-gnu-g++ (cmake/toolchain-aarch64.cmake), NEON backend, the tests
 #          executed under qemu-aarch64
+#   asan   g++      -march=x86-64-v3 -O1 with AddressSanitizer and UndefinedBehaviorSanitizer
+#                                      (any report fails the test), on the AVX2 kernels, the
+#                                      portable code and the CLI's file parsing (examples built)
 #
 # Each SIMD configuration tells the tests which backend its flags must select
 # (POSENC_TEST_EXPECTED_BACKEND), so a build that silently fell back to scalar fails.
 # The python reference checks and the install/consumer tests do not depend on the flags;
 # the README command runs them, so they are skipped here.
 #
-# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 clang arm64)
+# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 clang arm64 asan)
 # Needs: POSENC_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user clang" scripts/install_deps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +29,7 @@ cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 root="${CI_MATRIX_DIR:-build/ci}"
 configs=("$@")
-((${#configs[@]})) || configs=(v3 v4 bf16 clang arm64)
+((${#configs[@]})) || configs=(v3 v4 bf16 clang arm64 asan)
 
 # Tests only, optimised but without debug info (faster to build); asserts stay on.
 common=(-G Ninja -DCMAKE_BUILD_TYPE=CI -DPOSENC_WARNINGS_AS_ERRORS=ON
@@ -116,7 +119,13 @@ for c in "${configs[@]}"; do
     arm64) run_config arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
           -DCMAKE_CXX_FLAGS_CI="-O2" -DPOSENC_PYTHON= \
           -DPOSENC_TEST_EXPECTED_BACKEND=neon ;;
-    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64)" >&2; exit 2 ;;
+    # "sanitizers stay quiet": a report aborts the test (-fno-sanitize-recover), and
+    # ASan's leak check is on by default
+    asan) run_config asan -DCMAKE_CXX_COMPILER=g++ \
+          -DCMAKE_CXX_FLAGS_CI="-O1 -march=x86-64-v3 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+          -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+          -DPOSENC_TEST_EXPECTED_BACKEND=avx2 -DPOSENC_BUILD_EXAMPLES=ON ;;
+    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64 asan)" >&2; exit 2 ;;
   esac
 done
 
