@@ -15,13 +15,15 @@
 #   asan   g++      -march=x86-64-v3 -O1 with AddressSanitizer and UndefinedBehaviorSanitizer
 #                                      (any report fails the test), on the AVX2 kernels, the
 #                                      portable code and the CLI's file parsing (examples built)
+#   asan4  g++      -march=x86-64-v4 -O1, the same sanitizers on the AVX-512 kernels: only the
+#                                      tests that run SIMD kernels
 #
 # Each SIMD configuration tells the tests which backend its flags must select
 # (POSENC_TEST_EXPECTED_BACKEND), so a build that silently fell back to scalar fails.
 # The python reference checks and the install/consumer tests do not depend on the flags;
 # the README command runs them, so they are skipped here.
 #
-# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 clang arm64 asan)
+# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 clang arm64 asan asan4)
 # Needs: POSENC_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user clang" scripts/install_deps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +31,7 @@ cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 root="${CI_MATRIX_DIR:-build/ci}"
 configs=("$@")
-((${#configs[@]})) || configs=(v3 v4 bf16 clang arm64 asan)
+((${#configs[@]})) || configs=(v3 v4 bf16 clang arm64 asan asan4)
 
 # Tests only, optimised but without debug info (faster to build); asserts stay on.
 common=(-G Ninja -DCMAKE_BUILD_TYPE=CI -DPOSENC_WARNINGS_AS_ERRORS=ON
@@ -125,7 +127,12 @@ for c in "${configs[@]}"; do
           -DCMAKE_CXX_FLAGS_CI="-O1 -march=x86-64-v3 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
           -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx2 -DPOSENC_BUILD_EXAMPLES=ON ;;
-    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64 asan)" >&2; exit 2 ;;
+    asan4) only='^(test_sinusoidal|test_rotary|test_rotary_lowp|test_rope_scaling_apply|test_flash|test_backend_simd)$' \
+          run_config asan4 -DCMAKE_CXX_COMPILER=g++ \
+          -DCMAKE_CXX_FLAGS_CI="-O1 -march=x86-64-v4 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -Wno-error=uninitialized -Wno-error=maybe-uninitialized" \
+          -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+          -DPOSENC_TEST_EXPECTED_BACKEND=avx512 ;;
+    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64 asan asan4)" >&2; exit 2 ;;
   esac
 done
 
