@@ -38,6 +38,9 @@ common=(-G Ninja -DCMAKE_BUILD_TYPE=CI -DPOSENC_WARNINGS_AS_ERRORS=ON
         -DPOSENC_BUILD_TESTS=ON -DPOSENC_BUILD_BENCHMARKS=OFF -DPOSENC_BUILD_EXAMPLES=OFF
         -DPOSENC_INSTALL=OFF)
 skip='^(reference_|consumer_)'
+# the sanitizer configurations: a report aborts the test (-fno-sanitize-recover), and
+# ASan's leak check is on by default
+sanitize="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 only=''  # a configuration may run only the tests matching this (ctest -R)
 json_py="$(command -v python3)"
 
@@ -121,15 +124,12 @@ for c in "${configs[@]}"; do
     arm64) run_config arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
           -DCMAKE_CXX_FLAGS_CI="-O2" -DPOSENC_PYTHON= \
           -DPOSENC_TEST_EXPECTED_BACKEND=neon ;;
-    # "sanitizers stay quiet": a report aborts the test (-fno-sanitize-recover), and
-    # ASan's leak check is on by default
-    asan) run_config asan -DCMAKE_CXX_COMPILER=g++ \
-          -DCMAKE_CXX_FLAGS_CI="-O1 -march=x86-64-v3 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+    asan) run_config asan -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS_CI="$sanitize -march=x86-64-v3" \
           -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx2 -DPOSENC_BUILD_EXAMPLES=ON ;;
     asan4) only='^(test_sinusoidal|test_rotary|test_rotary_lowp|test_rope_scaling_apply|test_flash|test_backend_simd)$' \
           run_config asan4 -DCMAKE_CXX_COMPILER=g++ \
-          -DCMAKE_CXX_FLAGS_CI="-O1 -march=x86-64-v4 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -Wno-error=uninitialized -Wno-error=maybe-uninitialized" \
+          -DCMAKE_CXX_FLAGS_CI="$sanitize -march=x86-64-v4 -Wno-error=uninitialized -Wno-error=maybe-uninitialized" \
           -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
           -DPOSENC_TEST_EXPECTED_BACKEND=avx512 ;;
     *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64 asan asan4)" >&2; exit 2 ;;
