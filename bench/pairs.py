@@ -5,9 +5,9 @@
 
 Each round runs OLD and NEW back to back (OLD first in rounds 1, 3, 5, ..., NEW first in
 the others, so neither always runs on the warmer or quieter side), with
---benchmark_filter=FILTER and --benchmark_min_time=MIN_TIME, and takes the ratio NEW / OLD of COUNTER (default
-GFLOP/s; "real_time" compares times, inverted so that above 1 means NEW is faster) for
-every row both report. Prints, per row, the median ratio over the rounds, its range, and
+--benchmark_filter=FILTER and --benchmark_min_time=MIN_TIME, and takes the ratio NEW / OLD
+of COUNTER (default GFLOP/s; "real_time" compares times, inverted so that above 1 means
+NEW is faster) for every row both report. Prints, per row, the median ratio over the rounds, its range, and
 in how many rounds NEW was faster. Drifts between rounds (other tenants, clock) cancel in
 each ratio, which medians of separate runs do not do.
 """
