@@ -57,7 +57,7 @@ def fairseq(num_embeddings, d, padding_idx=None, base=10000.0):
     step = math.log(base) / (half - 1)
     w = np.exp(np.arange(half, dtype=np.float64) * -step)
     ang = np.arange(num_embeddings, dtype=np.float64)[:, None] * w[None, :]
-    pe = np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
+    pe = np.concatenate([_golden.sin(ang), _golden.cos(ang)], axis=1)
     if d % 2 == 1:
         pe = np.concatenate([pe, np.zeros((num_embeddings, 1))], axis=1)
     if padding_idx is not None:
@@ -71,7 +71,7 @@ def t2t(length, channels, min_ts=1.0, max_ts=1.0e4, start_index=0):
     step = math.log(float(max_ts) / float(min_ts)) / max(n - 1, 1)
     inv = min_ts * np.exp(np.arange(n, dtype=np.float64) * -step)
     scaled = position[:, None] * inv[None, :]
-    sig = np.concatenate([np.sin(scaled), np.cos(scaled)], axis=1)
+    sig = np.concatenate([_golden.sin(scaled), _golden.cos(scaled)], axis=1)
     return np.pad(sig, [[0, 0], [0, channels % 2]])
 
 

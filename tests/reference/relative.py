@@ -120,7 +120,7 @@ def txl_sinusoid(distances, d_r):
     """R_k = [sin(k * inv_freq), cos(k * inv_freq)], inv_freq_t = 10000^(-2t/d_r)."""
     inv_freq = 1.0 / (10000.0 ** (np.arange(0, d_r, 2, dtype=np.float64) / d_r))
     ang = np.outer(np.asarray(distances, dtype=np.float64), inv_freq)
-    return np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
+    return np.concatenate([_golden.sin(ang), _golden.cos(ang)], axis=1)
 
 
 def txl_forward(q, k, v, u, vb, w_r, d_r, scale, causal, q_offset):

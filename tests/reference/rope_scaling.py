@@ -208,8 +208,8 @@ def rotate_half_apply(x, positions, inv_freq, attention_factor):
     out = x.copy()
     for t, n in enumerate(positions):
         ang = np.array([float(n) * w for w in inv_freq] * 2)
-        cos = np.cos(ang) * attention_factor
-        sin = np.sin(ang) * attention_factor
+        cos = _golden.cos(ang) * attention_factor
+        sin = _golden.sin(ang) * attention_factor
         xr = x[t, :r]
         rh = np.concatenate([-xr[r // 2:], xr[:r // 2]])
         out[t, :r] = xr * cos + rh * sin

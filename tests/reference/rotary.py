@@ -54,10 +54,10 @@ def rotation_matrix(d, angles, pairing, scales=None):
     for i, th in enumerate(angles):
         a, b = pair_dims(i, r, pairing)
         s = 1.0 if scales is None else scales[i]
-        rot[a, a] = s * np.cos(th)
-        rot[a, b] = -s * np.sin(th)
-        rot[b, a] = s * np.sin(th)
-        rot[b, b] = s * np.cos(th)
+        rot[a, a] = s * _golden.cos(th)
+        rot[a, b] = -s * _golden.sin(th)
+        rot[b, a] = s * _golden.sin(th)
+        rot[b, b] = s * _golden.cos(th)
     return rot
 
 
@@ -96,8 +96,8 @@ def rotate_float32_reference(x, positions, inv_freq, pairing):
     w = inv_freq.astype(f32)
     pos = np.asarray(positions).astype(f32)
     ang = (pos[:, None] * w[None, :]).astype(f32)          # float32 product
-    c = np.cos(ang.astype(np.float64)).astype(f32)
-    s = np.sin(ang.astype(np.float64)).astype(f32)
+    c = _golden.cos(ang.astype(np.float64)).astype(f32)
+    s = _golden.sin(ang.astype(np.float64)).astype(f32)
     if pairing == "half":
         x1, x2 = x[:, : r // 2], x[:, r // 2: r]
     else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Float64 goldens for the SIMD backend tests (tests/backend).
 
-Independent of posenc: plain numpy, float64, from the Vaswani et al. formula
+Independent of posenc: numpy and the C library's sin/cos (_golden.sin, _golden.cos), float64, from the Vaswani et al. formula
 PE(p, 2i) = sin(p * w_i), PE(p, 2i+1) = cos(p * w_i), w_i = 10000^(-2i/d).
 
 Writes tests/data/simd_sinusoidal_freq.npy (the w_i, so the C++ test forms exactly the
@@ -16,12 +16,10 @@ Usage: simd.py            regenerate the files
 import os
 import sys
 
-try:
-    import numpy as np
-except ImportError:
-    sys.exit(77)
+import _golden  # exits 77 (skip) when numpy is missing
+import numpy as np
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+DATA = _golden.DATA
 DIM = 32
 
 
@@ -37,8 +35,8 @@ def goldens():
     angle = p * w[None, :]  # float64 products, exactly what the C++ side forms
     table = np.empty((len(positions), 1 + DIM), dtype=np.float64)
     table[:, 0] = p[:, 0]
-    table[:, 1::2] = np.sin(angle)
-    table[:, 2::2] = np.cos(angle)
+    table[:, 1::2] = _golden.sin(angle)
+    table[:, 2::2] = _golden.cos(angle)
     return {"simd_sinusoidal_freq.npy": w, "simd_sinusoidal_far.npy": table}
 
 
