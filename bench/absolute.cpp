@@ -10,10 +10,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <posenc/encoding/learned.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
-
-#include <cstring>
 #include <string>
 #include <vector>
 

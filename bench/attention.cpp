@@ -8,9 +8,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include <posenc/attention.hpp>
-
 #include <cstdint>
+#include <posenc/attention.hpp>
 
 #include "bench_util.hpp"
 
@@ -21,7 +20,8 @@ using posenc_bench::fmat;
 using posenc_bench::random_input;
 
 void set_counters(benchmark::State& state, Index L, Index d) {
-  const double flops = 4.0 * static_cast<double>(L) * static_cast<double>(L) * static_cast<double>(d);
+  const double flops =
+      4.0 * static_cast<double>(L) * static_cast<double>(L) * static_cast<double>(d);
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -61,10 +61,15 @@ void BM_attention(benchmark::State& state) {
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  b->ArgsProduct({{128, 512, 2048}, {64, 128}, {0, 1}})->ArgNames({"L", "d", "causal"})->Unit(benchmark::kMillisecond);
+  b->ArgsProduct({{128, 512, 2048}, {64, 128}, {0, 1}})
+      ->ArgNames({"L", "d", "causal"})
+      ->Unit(benchmark::kMillisecond);
 }
 
-BENCHMARK(BM_eigen_gemm_baseline)->ArgsProduct({{128, 512, 2048}, {64, 128}})->ArgNames({"L", "d"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_eigen_gemm_baseline)
+    ->ArgsProduct({{128, 512, 2048}, {64, 128}})
+    ->ArgNames({"L", "d"})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_attention, scheme::none)->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_attention, scheme::alibi)->Apply(shapes);
 BENCHMARK_TEMPLATE(BM_attention, scheme::t5)->Apply(shapes);

@@ -5,10 +5,8 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
-
-#include <posenc/core/view.hpp>
-
 #include <cstdint>
+#include <posenc/core/view.hpp>
 
 namespace posenc_bench {
 

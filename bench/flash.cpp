@@ -19,11 +19,10 @@
 //   bench_flash --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <posenc/attention/flash.hpp>
 #include <posenc/encoding/alibi.hpp>
 #include <posenc/encoding/t5_bias.hpp>
-
-#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -43,9 +42,10 @@ double useful_flops(Index n, Index d, bool causal, Index heads) {
 }
 
 void set_flops(benchmark::State& state, double flops, Index threads) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["per_thread"] =
-      benchmark::Counter(flops * 1e-9 / double(threads), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["per_thread"] = benchmark::Counter(flops * 1e-9 / double(threads),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void eigen_gemm(benchmark::State& state) {
@@ -60,12 +60,14 @@ void flash_storage(benchmark::State& state) {
   using smat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const Index n = state.range(0), d = state.range(1), threads = state.range(3);
   const bool causal = state.range(2) != 0;
-  const smat q = random_input(n, kHeads * d, 1).cast<S>(), k = random_input(n, kHeads * d, 2).cast<S>(),
+  const smat q = random_input(n, kHeads * d, 1).cast<S>(),
+             k = random_input(n, kHeads * d, 2).cast<S>(),
              v = random_input(n, kHeads * d, 3).cast<S>();
   smat out(n, kHeads * d);
   posenc::attention_options opt;
   opt.mask.causal = causal;
-  const auto qv = posenc::view_shd(q.data(), n, kHeads, d), kv = posenc::view_shd(k.data(), n, kHeads, d),
+  const auto qv = posenc::view_shd(q.data(), n, kHeads, d),
+             kv = posenc::view_shd(k.data(), n, kHeads, d),
              vv = posenc::view_shd(v.data(), n, kHeads, d);
   const auto ov = posenc::view_shd(out.data(), n, kHeads, d);
   for (auto _ : state) {
@@ -88,7 +90,8 @@ void flash_alibi(benchmark::State& state) {
   posenc::attention_options opt;
   opt.mask.causal = true;
   const posenc::alibi_policy alibi(kHeads);
-  const auto qv = posenc::view_shd(q.data(), n, kHeads, d), kv = posenc::view_shd(k.data(), n, kHeads, d),
+  const auto qv = posenc::view_shd(q.data(), n, kHeads, d),
+             kv = posenc::view_shd(k.data(), n, kHeads, d),
              vv = posenc::view_shd(v.data(), n, kHeads, d);
   const auto ov = posenc::view_shd(out.data(), n, kHeads, d);
   for (auto _ : state) {
@@ -107,7 +110,8 @@ void flash_t5(benchmark::State& state) {
   fmat out(n, kHeads * d);
   posenc::attention_options opt;  // bidirectional, as in a T5 encoder
   const posenc::t5_bias_policy t5(random_input(32, kHeads, 4).cast<double>(), {32, 128, true});
-  const auto qv = posenc::view_shd(q.data(), n, kHeads, d), kv = posenc::view_shd(k.data(), n, kHeads, d),
+  const auto qv = posenc::view_shd(q.data(), n, kHeads, d),
+             kv = posenc::view_shd(k.data(), n, kHeads, d),
              vv = posenc::view_shd(v.data(), n, kHeads, d);
   const auto ov = posenc::view_shd(out.data(), n, kHeads, d);
   for (auto _ : state) {
@@ -125,7 +129,8 @@ struct kv_cache {
   using smat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   smat k, v;
   kv_cache(Index keys, Index d)
-      : k(random_input(keys, kHeads * d, 2).cast<S>()), v(random_input(keys, kHeads * d, 3).cast<S>()) {}
+      : k(random_input(keys, kHeads * d, 2).cast<S>()),
+        v(random_input(keys, kHeads * d, 3).cast<S>()) {}
   Index bytes() const { return (k.size() + v.size()) * Index(sizeof(S)); }
 };
 
@@ -146,7 +151,8 @@ void read_kv(benchmark::State& state) {
       benchmark::DoNotOptimize(sk);
       benchmark::DoNotOptimize(sv);
     } else {
-      std::int32_t sk = max_word(c.k.data(), c.bytes() / 2), sv = max_word(c.v.data(), c.bytes() / 2);
+      std::int32_t sk = max_word(c.k.data(), c.bytes() / 2),
+                   sv = max_word(c.v.data(), c.bytes() / 2);
       benchmark::DoNotOptimize(sk);
       benchmark::DoNotOptimize(sv);
     }
@@ -164,7 +170,8 @@ void decode(benchmark::State& state) {
   posenc::attention_options opt;
   opt.mask.causal = true;
   opt.q_offset = keys - 1;
-  const auto qv = posenc::view_shd(q.data(), 1, kHeads, d), kv = posenc::view_shd(c.k.data(), keys, kHeads, d),
+  const auto qv = posenc::view_shd(q.data(), 1, kHeads, d),
+             kv = posenc::view_shd(c.k.data(), keys, kHeads, d),
              vv = posenc::view_shd(c.v.data(), keys, kHeads, d);
   const auto ov = posenc::view_shd(out.data(), 1, kHeads, d);
   for (auto _ : state) {
@@ -208,13 +215,21 @@ BENCHMARK(flash)->Apply(main_grid);
 BENCHMARK(flash)->Apply(thread_grid)->UseRealTime();
 BENCHMARK(flash)->Apply(thread_grid)->MeasureProcessCPUTime();
 // 16-bit inputs (float32 maths; K and V widened once per head), against flash/2048/64/1/1.
-BENCHMARK_TEMPLATE(flash_storage, Eigen::half)->Args({2048, 64, 1, 1})->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(flash_storage, Eigen::bfloat16)->Args({2048, 64, 1, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(flash_storage, Eigen::half)
+    ->Args({2048, 64, 1, 1})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(flash_storage, Eigen::bfloat16)
+    ->Args({2048, 64, 1, 1})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(flash_alibi)->Args({2048, 64})->Unit(benchmark::kMillisecond);
 BENCHMARK(flash_t5)->Args({2048, 64})->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(read_kv, float)->Args({16384, 128})->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(decode, float)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(decode, float)->Args({16384, 128, 1})->Args({16384, 128, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(decode, float)
+    ->Args({16384, 128, 1})
+    ->Args({16384, 128, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 // A 16-bit KV cache (float32 maths): against a plain read of its own bytes.
 BENCHMARK_TEMPLATE(read_kv, Eigen::half)->Args({16384, 128})->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(decode, Eigen::half)->Args({16384, 128, 1})->Unit(benchmark::kMillisecond);

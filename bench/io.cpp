@@ -10,11 +10,10 @@
 
 #include <benchmark/benchmark.h>
 
-#include <posenc/io/npy.hpp>
-#include <posenc/io/safetensors.hpp>
-
 #include <cstdio>
 #include <fstream>
+#include <posenc/io/npy.hpp>
+#include <posenc/io/safetensors.hpp>
 #include <string>
 #include <vector>
 
@@ -40,7 +39,8 @@ struct files {
   files() {
     const io::matrix<float> m = table();
     io::write_npy(npy, m);
-    io::write_safetensors(st, {{"f32", m}, {"f16", m, io::dtype::f16}, {"bf16", m, io::dtype::bf16}});
+    io::write_safetensors(st,
+                          {{"f32", m}, {"f16", m, io::dtype::f16}, {"bf16", m, io::dtype::bf16}});
   }
   ~files() {
     std::remove(npy.c_str());

@@ -14,7 +14,6 @@
 #include <posenc/attention/attention.hpp>
 #include <posenc/encoding/shaw.hpp>
 #include <posenc/encoding/transformer_xl.hpp>
-
 #include <random>
 #include <string>
 

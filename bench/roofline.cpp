@@ -8,17 +8,15 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <cstring>
-#include <type_traits>
-#include <vector>
-
 #include <posenc/backend/simd/avx2.hpp>
 #include <posenc/backend/simd/avx512.hpp>
 #include <posenc/backend/simd/neon.hpp>
 #include <posenc/core/backend.hpp>
 #include <posenc/core/view.hpp>
+#include <type_traits>
+#include <vector>
 
 namespace {
 
@@ -101,9 +99,9 @@ void fma_peak(benchmark::State& state) {
       benchmark::DoNotOptimize(out);
     }
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kSteps * kChains * lanes * 2,
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kSteps * kChains * lanes * 2,
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(Arch::name());
 }
 

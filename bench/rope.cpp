@@ -13,15 +13,13 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
-
 #include <cstdint>
 #include <cstring>
+#include <posenc/encoding/rotary.hpp>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <posenc/encoding/rotary.hpp>
 
 namespace {
 
@@ -41,7 +39,8 @@ std::vector<float>& buffer(int which) {
 }
 
 void set_bytes(benchmark::State& state) {
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(4 * N * sizeof(float)));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(4 * N * sizeof(float)));
 }
 
 void copy_qk(benchmark::State& state) {
@@ -71,8 +70,8 @@ void rope_qk(benchmark::State& state, posenc::rope_pairing pairing, posenc::rope
     benchmark::ClobberMemory();
   }
   set_bytes(state);
-  state.SetLabel(std::string(posenc::default_backend::name()) + ", " + posenc::to_string(pairing) + ", " +
-                 (mode == posenc::rope_cache_mode::cached ? "cached" : "on the fly"));
+  state.SetLabel(std::string(posenc::default_backend::name()) + ", " + posenc::to_string(pairing) +
+                 ", " + (mode == posenc::rope_cache_mode::cached ? "cached" : "on the fly"));
 }
 
 // ---- 16-bit storage -------------------------------------------------------------------
@@ -125,9 +124,11 @@ void rope_lowp_inplace(benchmark::State& state) {
 BENCHMARK(copy_qk)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, half_cached, posenc::rope_pairing::half, posenc::rope_cache_mode::cached)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(rope_qk, half_on_the_fly, posenc::rope_pairing::half, posenc::rope_cache_mode::on_the_fly)
+BENCHMARK_CAPTURE(rope_qk, half_on_the_fly, posenc::rope_pairing::half,
+                  posenc::rope_cache_mode::on_the_fly)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(rope_qk, interleaved_cached, posenc::rope_pairing::interleaved, posenc::rope_cache_mode::cached)
+BENCHMARK_CAPTURE(rope_qk, interleaved_cached, posenc::rope_pairing::interleaved,
+                  posenc::rope_cache_mode::cached)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, interleaved_on_the_fly, posenc::rope_pairing::interleaved,
                   posenc::rope_cache_mode::on_the_fly)

@@ -6,11 +6,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <posenc/encoding/rotary.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <posenc/encoding/rotary.hpp>
 
 namespace {
 
@@ -62,8 +61,9 @@ void decode_step(benchmark::State& state) {
     benchmark::DoNotOptimize(q.data());
     benchmark::ClobberMemory();
   }
-  state.SetLabel(std::string("baseline: one decode step, q and k [1, 32, 128] float, on the fly, ") +
-                 posenc::default_backend::name());
+  state.SetLabel(
+      std::string("baseline: one decode step, q and k [1, 32, 128] float, on the fly, ") +
+      posenc::default_backend::name());
 }
 
 }  // namespace

@@ -14,12 +14,10 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
-
 #include <cmath>
-#include <vector>
-
 #include <posenc/encoding/rotary/rotary.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
+#include <vector>
 
 namespace {
 
@@ -52,7 +50,8 @@ void BM_sinusoidal_table(benchmark::State& state) {
 void BM_sinusoidal_std_loop(benchmark::State& state) {
   std::vector<double> w(kTableDim / 2);
   for (Index i = 0; i < kTableDim / 2; ++i)
-    w[static_cast<std::size_t>(i)] = 1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / kTableDim);
+    w[static_cast<std::size_t>(i)] =
+        1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / kTableDim);
   table_t& out = table_buffer();
   for (auto _ : state) {
     for (Index p = 0; p < kTableLen; ++p) {
@@ -98,8 +97,10 @@ void BM_rope_inplace(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   // bytes moved: each element read and written once
-  state.SetBytesProcessed(state.iterations() * 2 * (e - b) * kHeads * kHeadDim * Index(sizeof(float)));
-  state.SetLabel(std::string(Backend::name()) + (Pairing == posenc::rope_pairing::half ? " half" : " interleaved"));
+  state.SetBytesProcessed(state.iterations() * 2 * (e - b) * kHeads * kHeadDim *
+                          Index(sizeof(float)));
+  state.SetLabel(std::string(Backend::name()) +
+                 (Pairing == posenc::rope_pairing::half ? " half" : " interleaved"));
 }
 
 // The roofline for the above: one multiply-add per element over the same buffer and slices.
@@ -126,16 +127,41 @@ BENCHMARK(BM_sinusoidal_std_loop)->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_sinusoidal_table, be::scalar)->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_sinusoidal_table, posenc::default_backend)->Unit(benchmark::kMillisecond);
 
-BENCHMARK(BM_rmw_inplace)->Arg(4096)->Threads(1)->Threads(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_rmw_inplace)
+    ->Arg(4096)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::half)
-    ->Arg(4096)->Threads(1)->Threads(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+    ->Arg(4096)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::interleaved)
-    ->Arg(4096)->Threads(1)->Threads(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+    ->Arg(4096)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_rmw_inplace)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::half)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::half)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::interleaved)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
-BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::interleaved)->Arg(512)->Arg(32)->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::half)
+    ->Arg(512)
+    ->Arg(32)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::half)
+    ->Arg(512)
+    ->Arg(32)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, be::scalar, rope_pairing::interleaved)
+    ->Arg(512)
+    ->Arg(32)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_rope_inplace, posenc::default_backend, rope_pairing::interleaved)
+    ->Arg(512)
+    ->Arg(32)
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -1,9 +1,8 @@
 // 00: the README's usage example, compiled and run as a test. Sinusoidal positions added
 // to token embeddings, RoPE on queries and keys, causal ALiBi attention; checks that a
 // permutation of the tokens changes the output once positions are in.
-#include <posenc/posenc.hpp>
-
 #include <cstdio>
+#include <posenc/posenc.hpp>
 
 int main() {
   using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -24,10 +23,10 @@ int main() {
   posenc::attention_options opt;
   opt.mask.causal = true;
   const matrix out = posenc::attention(q, k, h, opt, posenc::alibi_policy(1));
-  std::printf("out[%ld x %ld], out(L-1, 0..3) = %.4f %.4f %.4f %.4f\n", static_cast<long>(out.rows()),
-              static_cast<long>(out.cols()), static_cast<double>(out(L - 1, 0)),
-              static_cast<double>(out(L - 1, 1)), static_cast<double>(out(L - 1, 2)),
-              static_cast<double>(out(L - 1, 3)));
+  std::printf("out[%ld x %ld], out(L-1, 0..3) = %.4f %.4f %.4f %.4f\n",
+              static_cast<long>(out.rows()), static_cast<long>(out.cols()),
+              static_cast<double>(out(L - 1, 0)), static_cast<double>(out(L - 1, 1)),
+              static_cast<double>(out(L - 1, 2)), static_cast<double>(out(L - 1, 3)));
 
   // Order matters now: swapping two tokens does not just swap two output rows.
   matrix xs = x;
@@ -48,7 +47,9 @@ int main() {
   cfg.head_dim = 128;
   cfg.base = 500000;
   cfg.scaling = posenc::rope_scaling_type::llama3;
-  cfg.factor = 8; cfg.low_freq_factor = 1; cfg.high_freq_factor = 4;
+  cfg.factor = 8;
+  cfg.low_freq_factor = 1;
+  cfg.high_freq_factor = 4;
   cfg.original_max_positions = 8192;
   posenc::rotary_embedding<float> rope31(cfg, /*seq_len=*/131072);
   const auto cfg2 = posenc::rope_config_from_hf_json(R"({

@@ -2,10 +2,9 @@
 // token embeddings, stream a continuation with an offset — and check every number against
 // a naive loop over the paper's formula. Exits non-zero on any mismatch.
 
-#include <posenc/encoding/sinusoidal.hpp>
-
 #include <cmath>
 #include <cstdio>
+#include <posenc/encoding/sinusoidal.hpp>
 
 int main() {
   using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -18,7 +17,8 @@ int main() {
   double worst = 0;
   for (Eigen::Index p = 0; p < len; ++p)
     for (Eigen::Index i = 0; i < d / 2; ++i) {
-      const double angle = static_cast<double>(p) / std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
+      const double angle = static_cast<double>(p) /
+                           std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
       worst = std::fmax(worst, std::fabs(table(p, 2 * i) - std::sin(angle)));
       worst = std::fmax(worst, std::fabs(table(p, 2 * i + 1) - std::cos(angle)));
     }
@@ -29,7 +29,10 @@ int main() {
   // Token embeddings (4 tokens) scaled by sqrt(d), plus positions 0..3.
   matrix tokens = matrix::Constant(4, d, 0.25f);
   pe.add_to(tokens, 0, posenc::embedding_scale::sqrt_dim);
-  const double added = (tokens - (matrix::Constant(4, d, 0.25f * std::sqrt(6.0f)) + table.topRows(4))).cwiseAbs().maxCoeff();
+  const double added =
+      (tokens - (matrix::Constant(4, d, 0.25f * std::sqrt(6.0f)) + table.topRows(4)))
+          .cwiseAbs()
+          .maxCoeff();
   std::printf("max |sqrt(d) E + PE - expected| = %.3g\n", added);
 
   // Streaming: rows 7..9 computed alone equal the full table's rows.

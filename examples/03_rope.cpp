@@ -4,10 +4,9 @@
 // formula; then show that q.k depends only on the distance between the two positions.
 // Exits non-zero on any mismatch.
 
-#include <posenc/encoding/rotary.hpp>
-
 #include <cmath>
 #include <cstdio>
+#include <posenc/encoding/rotary.hpp>
 #include <vector>
 
 int main() {
@@ -15,9 +14,12 @@ int main() {
   const Index L = 12, Hq = 8, Hk = 2, D = 64;
 
   // Deterministic inputs: q [L, Hq, D] and k [L, Hk, D], one token per row.
-  std::vector<float> q(static_cast<std::size_t>(L * Hq * D)), k(static_cast<std::size_t>(L * Hk * D));
-  for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
-  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+  std::vector<float> q(static_cast<std::size_t>(L * Hq * D)),
+      k(static_cast<std::size_t>(L * Hk * D));
+  for (std::size_t i = 0; i < q.size(); ++i)
+    q[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+  for (std::size_t i = 0; i < k.size(); ++i)
+    k[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
   const std::vector<float> q0 = q, k0 = k;
 
   // Llama layout: half pairing (dim i turns with dim i + D/2), base 10000, positions 0..L-1.
@@ -37,9 +39,11 @@ int main() {
   for (Index l = 0; l < L; ++l)
     for (Index d = 0; d < D; ++d) {
       for (Index h = 0; h < Hq; ++h)
-        worst = std::fmax(worst, std::fabs(q[static_cast<std::size_t>((l * Hq + h) * D + d)] - naive(q0, Hq, l, h, d)));
+        worst = std::fmax(worst, std::fabs(q[static_cast<std::size_t>((l * Hq + h) * D + d)] -
+                                           naive(q0, Hq, l, h, d)));
       for (Index h = 0; h < Hk; ++h)
-        worst = std::fmax(worst, std::fabs(k[static_cast<std::size_t>((l * Hk + h) * D + d)] - naive(k0, Hk, l, h, d)));
+        worst = std::fmax(worst, std::fabs(k[static_cast<std::size_t>((l * Hk + h) * D + d)] -
+                                           naive(k0, Hk, l, h, d)));
     }
   std::printf("max |rope(q, k) - naive RoFormer loop| = %.3g (float32)\n", worst);
 
@@ -48,8 +52,10 @@ int main() {
   rope.apply(posenc::view_shd(last.data(), 1, Hk, D), L - 1, posenc::rope_role::key);
   double decode = 0;
   for (Index j = 0; j < Hk * D; ++j)
-    decode = std::fmax(decode, std::fabs(last[static_cast<std::size_t>(j)] - k[static_cast<std::size_t>((L - 1) * Hk * D + j)]));
-  std::printf("max |decode step at offset %ld - full pass| = %.3g\n", static_cast<long>(L - 1), decode);
+    decode = std::fmax(decode, std::fabs(last[static_cast<std::size_t>(j)] -
+                                         k[static_cast<std::size_t>((L - 1) * Hk * D + j)]));
+  std::printf("max |decode step at offset %ld - full pass| = %.3g\n", static_cast<long>(L - 1),
+              decode);
 
   // The relative property: <R(m) q, R(n) k> depends only on m - n.
   posenc::rotary_embedding<double> rope64(D);
@@ -61,7 +67,9 @@ int main() {
   std::printf("q.k at distance 3 from several starts:");
   double spread = 0, first = 0;
   for (Index start : {0, 10, 1000, 100000}) {
-    const double dot = rope64.rotated(qv, start + 3).row(0).dot(rope64.rotated(kv, start, posenc::rope_role::key).row(0));
+    const double dot = rope64.rotated(qv, start + 3)
+                           .row(0)
+                           .dot(rope64.rotated(kv, start, posenc::rope_role::key).row(0));
     if (start == 0) first = dot;
     spread = std::fmax(spread, std::fabs(dot - first));
     std::printf(" %.6f", dot);

@@ -5,11 +5,10 @@
 // full causal pass, and a T5 table gets one gradient step that lowers the loss.
 // Exits non-zero on any mismatch.
 
-#include <posenc/attention.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <posenc/attention.hpp>
 #include <vector>
 
 namespace {
@@ -41,7 +40,8 @@ mat naive(const mat& q, const mat& k, const mat& v, Index H, Index Hkv, double s
       }
       for (auto& x : l) sum += (x = std::exp(x - mx));
       for (Index j = 0; j <= i; ++j)
-        for (Index c = 0; c < dv; ++c) out(i, h * dv + c) += l[static_cast<std::size_t>(j)] / sum * v(j, g * dv + c);
+        for (Index c = 0; c < dv; ++c)
+          out(i, h * dv + c) += l[static_cast<std::size_t>(j)] / sum * v(j, g * dv + c);
     }
   }
   return out;
@@ -69,7 +69,8 @@ int main() {
   // T5: a learned table [32, H] by bucket of j - i (unidirectional), no 1/sqrt(d) scaling.
   mat table(32, H);
   for (Index b = 0; b < 32; ++b)
-    for (Index h = 0; h < H; ++h) table(b, h) = std::cos(0.3 * static_cast<double>(b) + static_cast<double>(h));
+    for (Index h = 0; h < H; ++h)
+      table(b, h) = std::cos(0.3 * static_cast<double>(b) + static_cast<double>(h));
   const posenc::t5_bucket_config cfg{32, 128, false};
   posenc::t5_bias_policy t5(table, cfg);
   posenc::attention_options t5opt = opt;
@@ -78,7 +79,10 @@ int main() {
   const mat t_ref = naive(q, k, v, H, Hkv, 1.0, [&](Index h, Index i, Index j) {
     // Unidirectional buckets: distance n = i - j; 16 exact buckets, log-spaced up to 128.
     const Index n = i - j;
-    const Index b = n < 16 ? n : std::min<Index>(31, 16 + static_cast<Index>(std::log(n / 16.0) / std::log(8.0) * 16));
+    const Index b =
+        n < 16
+            ? n
+            : std::min<Index>(31, 16 + static_cast<Index>(std::log(n / 16.0) / std::log(8.0) * 16));
     return table(b, h);
   });
   const double e_t5 = (t - t_ref).cwiseAbs().maxCoeff();
@@ -89,10 +93,12 @@ int main() {
   posenc::kv_cache<double> cache(Hkv, d, d);
   double e_dec = 0;
   for (Index i = 0; i < L; ++i) {
-    const mat row = cache.step(q.middleRows(i, 1), k.middleRows(i, 1), v.middleRows(i, 1), H, {}, alibi);
+    const mat row =
+        cache.step(q.middleRows(i, 1), k.middleRows(i, 1), v.middleRows(i, 1), H, {}, alibi);
     e_dec = std::fmax(e_dec, (row - a.middleRows(i, 1)).cwiseAbs().maxCoeff());
   }
-  std::printf("KV-cache decode vs full causal:    max |diff| = %.3g over %ld tokens\n", e_dec, static_cast<long>(L));
+  std::printf("KV-cache decode vs full causal:    max |diff| = %.3g over %ld tokens\n", e_dec,
+              static_cast<long>(L));
   bad += !(e_dec < 1e-14);
 
   // One gradient step on the T5 table lowers L = 0.5 |out|^2 (dL/dout = out).

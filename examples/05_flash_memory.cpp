@@ -13,9 +13,9 @@
 // Unoptimised builds (no NDEBUG: debug / sanitizer CI) run N = 4096 to keep the test
 // suite fast; the memory bound is checked the same way.
 
-#include <posenc/attention/flash.hpp>
-
 #include <sys/resource.h>
+
+#include <posenc/attention/flash.hpp>
 #ifdef __GLIBC__
 #include <malloc.h>  // malloc_trim
 #endif
@@ -74,7 +74,8 @@ std::vector<double> direct_row(const Matrix& q, const Matrix& k, const Matrix& v
   std::vector<double> out(static_cast<std::size_t>(v.cols()), 0.0);
   for (Index j = 0; j <= i; ++j)
     for (Index c = 0; c < v.cols(); ++c)
-      out[static_cast<std::size_t>(c)] += logit[static_cast<std::size_t>(j)] / sum * to_double(v(j, c));
+      out[static_cast<std::size_t>(c)] +=
+          logit[static_cast<std::size_t>(j)] / sum * to_double(v(j, c));
   return out;
 }
 
@@ -89,9 +90,9 @@ std::pair<double, double> run_case(Index n, Index d, const char* type) {
 
   posenc::attention_options opt;
   opt.mask.causal = true;
-  posenc::flash_multi_head_attention(posenc::view_shd(q.data(), n, 1, d), posenc::view_shd(k.data(), n, 1, d),
-                                     posenc::view_shd(v.data(), n, 1, d),
-                                     posenc::view_shd(out.data(), n, 1, d), opt);
+  posenc::flash_multi_head_attention(
+      posenc::view_shd(q.data(), n, 1, d), posenc::view_shd(k.data(), n, 1, d),
+      posenc::view_shd(v.data(), n, 1, d), posenc::view_shd(out.data(), n, 1, d), opt);
 
   const double extra = peak_rss_bytes() - before;
   const double inputs = 4.0 * double(n) * double(d) * sizeof(typename Matrix::Scalar);
@@ -123,9 +124,12 @@ int main() {
   const Index d = 128;
   const double mib = 1048576.0;
   const auto [half_extra, half_worst] = run_case<hmat>(n, d, "half storage");
-  std::printf("  extra peak memory of the call: %.2f MiB (limit 8 MiB; float copies of K and V: %.0f MiB)\n",
-              half_extra / mib, 2.0 * double(n) * double(d) * sizeof(float) / mib);
-  std::printf("  worst relative error of 5 checked rows: %.3g (limit 1e-3: half output)\n", half_worst);
+  std::printf(
+      "  extra peak memory of the call: %.2f MiB (limit 8 MiB; float copies of K and V: %.0f "
+      "MiB)\n",
+      half_extra / mib, 2.0 * double(n) * double(d) * sizeof(float) / mib);
+  std::printf("  worst relative error of 5 checked rows: %.3g (limit 1e-3: half output)\n",
+              half_worst);
   bool ok = half_extra < 8.0 * mib && half_worst < 1e-3;
 #ifdef __GLIBC__
   // Hand the first case's freed heap back to the system, so the second call cannot reuse
@@ -134,8 +138,9 @@ int main() {
 #endif
 
   const auto [extra, worst] = run_case<fmat>(n, d, "float32");
-  std::printf("  extra peak memory of the call: %.2f MiB (limit 64 MiB; [N, N] logits would be %.0f MiB)\n",
-              extra / mib, 4.0 * double(n) * double(n) / mib);
+  std::printf(
+      "  extra peak memory of the call: %.2f MiB (limit 64 MiB; [N, N] logits would be %.0f MiB)\n",
+      extra / mib, 4.0 * double(n) * double(n) / mib);
   std::printf("  worst relative error of 5 checked rows: %.3g (limit 2e-6)\n", worst);
   ok = ok && extra < 64.0 * mib && worst < 2e-6;
   std::printf("%s\n", ok ? "ok" : "FAILED");

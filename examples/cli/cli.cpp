@@ -86,7 +86,8 @@ args parse(const command& cmd, const std::vector<std::string>& argv) {
     const flag* f = nullptr;
     for (const auto& cand : cmd.flags)
       if (cand.name == tok) f = &cand;
-    if (!f) throw usage_error("unknown flag " + tok + " for 'posenc " + cmd.name + "' (see --help)");
+    if (!f)
+      throw usage_error("unknown flag " + tok + " for 'posenc " + cmd.name + "' (see --help)");
     // A repeated flag is a mistake in a script, not a choice: refuse it rather than keep one.
     if (out.has(tok)) throw usage_error("flag " + tok + " given twice");
     if (f->value_name.empty()) {
@@ -95,7 +96,8 @@ args parse(const command& cmd, const std::vector<std::string>& argv) {
     } else if (inline_value) {
       out.values_[tok] = *inline_value;
     } else {
-      if (i + 1 >= argv.size()) throw usage_error("flag " + tok + " needs a value " + f->value_name);
+      if (i + 1 >= argv.size())
+        throw usage_error("flag " + tok + " needs a value " + f->value_name);
       out.values_[tok] = argv[++i];
     }
   }
@@ -107,11 +109,14 @@ args parse(const command& cmd, const std::vector<std::string>& argv) {
 
 std::string help_text(const command& cmd) {
   std::ostringstream os;
-  os << "posenc " << cmd.name << " - " << cmd.summary << "\n\nUsage:\n  " << cmd.usage << "\n\nFlags:\n";
+  os << "posenc " << cmd.name << " - " << cmd.summary << "\n\nUsage:\n  " << cmd.usage
+     << "\n\nFlags:\n";
   for (const auto& f : cmd.flags) {
     std::string left = "  " + f.name + (f.value_name.empty() ? "" : " " + f.value_name);
-    if (left.size() < 26) left.resize(26, ' ');
-    else left += "  ";
+    if (left.size() < 26)
+      left.resize(26, ' ');
+    else
+      left += "  ";
     os << left << f.help << (f.required ? " (required)" : "") << "\n";
   }
   os << "  --help                  show this help\n";

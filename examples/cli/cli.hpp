@@ -17,8 +17,8 @@ struct usage_error : std::runtime_error {
 };
 
 struct flag {
-  std::string name;         ///< "--dim"
-  std::string value_name;   ///< "D"; empty for a switch
+  std::string name;        ///< "--dim"
+  std::string value_name;  ///< "D"; empty for a switch
   std::string help;
   bool required = false;
 };
@@ -44,9 +44,9 @@ class args {
 };
 
 struct command {
-  std::string name;      ///< "sinusoidal", or "bias alibi" for a nested subcommand
-  std::string summary;   ///< one line for `posenc --help`
-  std::string usage;     ///< the synopsis line(s)
+  std::string name;     ///< "sinusoidal", or "bias alibi" for a nested subcommand
+  std::string summary;  ///< one line for `posenc --help`
+  std::string usage;    ///< the synopsis line(s)
   std::vector<flag> flags;
   std::function<int(const args&)> run;
 };

@@ -3,11 +3,10 @@
 #include <cstdint>
 #include <iostream>
 #include <limits>
-#include <string>
-
 #include <posenc/encoding/learned.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
 #include <posenc/io/npy.hpp>
+#include <string>
 
 #include "cli.hpp"
 
@@ -20,7 +19,8 @@ constexpr long long max_elements = 1LL << 28;
 
 long long positive(const args& a, const std::string& name) {
   const long long v = a.integer(name);
-  if (v < 1) throw usage_error("invalid value for " + name + ": " + std::to_string(v) + " (must be >= 1)");
+  if (v < 1)
+    throw usage_error("invalid value for " + name + ": " + std::to_string(v) + " (must be >= 1)");
   return v;
 }
 
@@ -47,9 +47,9 @@ int write_sinusoidal(const posenc::sinusoidal_config& cfg, long long len, long l
                      const std::string& out) {
   const posenc::sinusoidal<Scalar> enc(cfg);
   posenc::io::write_npy(out, enc.table(len, offset));
-  std::cout << "wrote " << out << ": [" << len << ", " << cfg.dim << "] "
-            << dtype_name<Scalar>() << ", " << posenc::to_string(cfg.preset)
-            << ", positions " << offset << ".." << offset + len - 1 << "\n";
+  std::cout << "wrote " << out << ": [" << len << ", " << cfg.dim << "] " << dtype_name<Scalar>()
+            << ", " << posenc::to_string(cfg.preset) << ", positions " << offset << ".."
+            << offset + len - 1 << "\n";
   return 0;
 }
 
@@ -57,8 +57,8 @@ template <class Scalar>
 int write_learned(long long len, long long dim, std::uint64_t seed, const std::string& out) {
   const posenc::learned_table<Scalar> t(len, dim, seed);
   t.save_npy(out);
-  std::cout << "wrote " << out << ": [" << len << ", " << dim << "] "
-            << dtype_name<Scalar>() << ", N(0, 0.02), seed " << seed << "\n";
+  std::cout << "wrote " << out << ": [" << len << ", " << dim << "] " << dtype_name<Scalar>()
+            << ", N(0, 0.02), seed " << seed << "\n";
   return 0;
 }
 
@@ -76,7 +76,8 @@ command sinusoidal_command() {
       {"--len", "L", "number of positions (rows), >= 1", true},
       {"--offset", "P", "first position (default 0); row r is PE(P + r)", false},
       {"--base", "B", "frequency base (default 10000); t2t: max_timescale", false},
-      {"--preset", "NAME", "vaswani (interleaved sin/cos, default), fairseq or t2t (sin block, cos block)", false},
+      {"--preset", "NAME",
+       "vaswani (interleaved sin/cos, default), fairseq or t2t (sin block, cos block)", false},
       {"--padding-idx", "N", "fairseq only: position N gets a zero row", false},
       dtype_flag,
       out_flag,
@@ -93,7 +94,8 @@ command sinusoidal_command() {
     if (preset == "fairseq") {
       const long long pad = a.integer_or("--padding-idx", -1);
       if (a.has("--padding-idx") && pad < 0)
-        throw usage_error("invalid value for --padding-idx: " + std::to_string(pad) + " (must be >= 0)");
+        throw usage_error("invalid value for --padding-idx: " + std::to_string(pad) +
+                          " (must be >= 0)");
       cfg = posenc::sinusoidal_config::fairseq(dim, pad, base);
     } else if (a.has("--padding-idx")) {
       throw usage_error("--padding-idx needs --preset fairseq");
@@ -120,7 +122,8 @@ command learned_command() {
   c.run = [](const args& a) {
     const auto [len, dim] = read_shape(a);
     const long long seed = a.integer("--seed");
-    if (seed < 0) throw usage_error("invalid value for --seed: " + std::to_string(seed) + " (must be >= 0)");
+    if (seed < 0)
+      throw usage_error("invalid value for --seed: " + std::to_string(seed) + " (must be >= 0)");
     const std::string dtype = a.choice("--dtype", {"f32", "f64"}, "f32");
     const std::string out = a.str("--out");
     return dtype == "f64" ? write_learned<double>(len, dim, static_cast<std::uint64_t>(seed), out)

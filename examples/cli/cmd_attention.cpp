@@ -3,11 +3,10 @@
 
 #include <cstdint>
 #include <iostream>
-#include <string>
-#include <vector>
-
 #include <posenc/attention.hpp>
 #include <posenc/io/npy.hpp>
+#include <string>
+#include <vector>
 
 #include "cli.hpp"
 
@@ -22,8 +21,8 @@ constexpr long long max_heads = 1LL << 20;
 long long at_least(const args& a, const std::string& name, long long lo, long long fallback) {
   const long long v = a.has(name) ? a.integer(name) : fallback;
   if (v < lo)
-    throw usage_error("invalid value for " + name + ": " + std::to_string(v) + " (must be >= " +
-                      std::to_string(lo) + ")");
+    throw usage_error("invalid value for " + name + ": " + std::to_string(v) +
+                      " (must be >= " + std::to_string(lo) + ")");
   return v;
 }
 
@@ -31,14 +30,15 @@ void check_size(long long a, long long b, long long c, const std::string& what) 
   // Each factor alone too (an empty output must not hide a huge head count).
   if (a > max_elements || b > max_elements || c > max_elements ||
       (b > 0 && c > 0 && a > max_elements / b / c))
-    throw usage_error(what + " too large: " + std::to_string(a) + " x " + std::to_string(b) + " x " +
-                      std::to_string(c) + " exceeds 2^28 elements");
+    throw usage_error(what + " too large: " + std::to_string(a) + " x " + std::to_string(b) +
+                      " x " + std::to_string(c) + " exceeds 2^28 elements");
 }
 
 long long heads_flag(const args& a, const std::string& name) {
   const long long h = at_least(a, name, 1, 1);
   if (h > max_heads)
-    throw usage_error("invalid value for " + name + ": " + std::to_string(h) + " (must be <= 2^20)");
+    throw usage_error("invalid value for " + name + ": " + std::to_string(h) +
+                      " (must be <= 2^20)");
   return h;
 }
 
@@ -69,8 +69,9 @@ int run_attention(const dmat& q, const dmat& k, const dmat& v, const posenc::att
 template <class Policy>
 int dispatch(const dmat& q, const dmat& k, const dmat& v, const posenc::attention_options& opt,
              const Policy& policy, const args& a) {
-  return a.choice("--dtype", {"f32", "f64"}, "f64") == "f32" ? run_attention<float>(q, k, v, opt, policy, a)
-                                                             : run_attention<double>(q, k, v, opt, policy, a);
+  return a.choice("--dtype", {"f32", "f64"}, "f64") == "f32"
+             ? run_attention<float>(q, k, v, opt, policy, a)
+             : run_attention<double>(q, k, v, opt, policy, a);
 }
 
 }  // namespace
@@ -88,7 +89,8 @@ command bias_alibi_command() {
       {"--len-k", "Lk", "keys; key j sits at position j", true},
       {"--q-offset", "P", "position of the first query (default 0)", false},
       {"--symmetric", "", "-m|i-j| (bidirectional) instead of the causal form -m(i-j)", false},
-      {"--max-bias", "X", "llama.cpp max_bias parameterisation (default 8: the paper's slopes)", false},
+      {"--max-bias", "X", "llama.cpp max_bias parameterisation (default 8: the paper's slopes)",
+       false},
       {"--dtype", "f32|f64", "element type of the file (default f64)", false},
       {"--out", "B.npy", "output file", true},
   };
@@ -98,7 +100,8 @@ command bias_alibi_command() {
     check_size(H, lq, lk, "bias");
     const double max_bias = a.real_or("--max-bias", 8.0);
     if (max_bias <= 0) throw usage_error("invalid value for --max-bias: must be > 0");
-    const auto form = a.has("--symmetric") ? posenc::alibi_form::symmetric : posenc::alibi_form::causal;
+    const auto form =
+        a.has("--symmetric") ? posenc::alibi_form::symmetric : posenc::alibi_form::causal;
     const posenc::alibi_policy p = posenc::alibi_policy::from_max_bias(H, max_bias, form);
     posenc::attention_shape s;
     s.heads = H;
@@ -109,7 +112,8 @@ command bias_alibi_command() {
     std::vector<double> out(static_cast<std::size_t>(H * lq * lk));
     for (long long h = 0; h < H; ++h) {
       const posenc::dmatrix b = posenc::materialize_bias(p, 0, h, s);
-      std::copy(b.data(), b.data() + b.size(), out.begin() + static_cast<std::ptrdiff_t>(h * lq * lk));
+      std::copy(b.data(), b.data() + b.size(),
+                out.begin() + static_cast<std::ptrdiff_t>(h * lq * lk));
     }
     const std::string path = a.str("--out");
     if (a.choice("--dtype", {"f32", "f64"}, "f64") == "f32") {
@@ -119,8 +123,8 @@ command bias_alibi_command() {
       posenc::io::write_npy(path, out.data(), {H, lq, lk});
     }
     std::cout << "wrote " << path << ": [" << H << ", " << lq << ", " << lk << "] ALiBi "
-              << (form == posenc::alibi_form::symmetric ? "symmetric" : "causal") << ", queries at " << off
-              << ".." << off + lq - 1 << "\n";
+              << (form == posenc::alibi_form::symmetric ? "symmetric" : "causal") << ", queries at "
+              << off << ".." << off + lq - 1 << "\n";
     return 0;
   };
   return c;
@@ -131,7 +135,8 @@ command bias_t5_command() {
   c.name = "bias t5";
   c.summary = "T5 relative-position bucket indices [Lq, Lk] (int64)";
   c.usage =
-      "posenc bias t5 --len-q Lq --len-k Lk [--buckets 32] [--max-distance 128] [--unidirectional]\n"
+      "posenc bias t5 --len-q Lq --len-k Lk [--buckets 32] [--max-distance 128] "
+      "[--unidirectional]\n"
       "                 [--q-offset P] --out B.npy";
   c.flags = {
       {"--len-q", "Lq", "queries; query i sits at position P + i", true},
@@ -167,7 +172,8 @@ command attention_command() {
   c.summary = "single-head attention softmax(QK^T scale + bias + mask) V with a position scheme";
   c.usage =
       "posenc attention --q Q.npy --k K.npy --v V.npy [--causal] [--q-offset P]\n"
-      "                 [--alibi-heads H [--alibi-head h] [--symmetric] | --rope-base B [--rotary-dim R]]\n"
+      "                 [--alibi-heads H [--alibi-head h] [--symmetric] | --rope-base B "
+      "[--rotary-dim R]]\n"
       "                 [--scale S] [--dtype f32|f64] [--weights-out W.npy] --out O.npy";
   c.flags = {
       {"--q", "Q.npy", "queries [Lq, d]; query i at position P + i", true},
@@ -188,8 +194,10 @@ command attention_command() {
   c.run = [](const args& a) {
     if (a.has("--alibi-heads") && a.has("--rope-base"))
       throw usage_error("--alibi-heads and --rope-base are exclusive");
-    if (a.has("--alibi-head") && !a.has("--alibi-heads")) throw usage_error("--alibi-head needs --alibi-heads");
-    if (a.has("--rotary-dim") && !a.has("--rope-base")) throw usage_error("--rotary-dim needs --rope-base");
+    if (a.has("--alibi-head") && !a.has("--alibi-heads"))
+      throw usage_error("--alibi-head needs --alibi-heads");
+    if (a.has("--rotary-dim") && !a.has("--rope-base"))
+      throw usage_error("--rotary-dim needs --rope-base");
     const dmat q = read_matrix(a, "--q"), k = read_matrix(a, "--k"), v = read_matrix(a, "--v");
     posenc::attention_options opt;
     opt.mask.causal = a.has("--causal");
@@ -201,8 +209,11 @@ command attention_command() {
     if (a.has("--alibi-heads")) {
       const long long H = heads_flag(a, "--alibi-heads");
       const long long h = at_least(a, "--alibi-head", 0, 0);
-      if (h >= H) throw usage_error("invalid value for --alibi-head: " + std::to_string(h) + " (must be < H)");
-      const auto form = a.has("--symmetric") ? posenc::alibi_form::symmetric : posenc::alibi_form::causal;
+      if (h >= H)
+        throw usage_error("invalid value for --alibi-head: " + std::to_string(h) +
+                          " (must be < H)");
+      const auto form =
+          a.has("--symmetric") ? posenc::alibi_form::symmetric : posenc::alibi_form::causal;
       return dispatch(q, k, v, opt, posenc::alibi_policy(H, form).only_head(h), a);
     }
     if (a.has("--symmetric")) throw usage_error("--symmetric needs --alibi-heads");

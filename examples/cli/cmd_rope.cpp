@@ -5,11 +5,10 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
-#include <string>
-#include <vector>
-
 #include <posenc/encoding/rotary.hpp>
 #include <posenc/io/npy.hpp>
+#include <string>
+#include <vector>
 
 #include "cli.hpp"
 
@@ -18,7 +17,8 @@ namespace {
 
 long long positive(const args& a, const std::string& name) {
   const long long v = a.integer(name);
-  if (v < 1) throw usage_error("invalid value for " + name + ": " + std::to_string(v) + " (must be >= 1)");
+  if (v < 1)
+    throw usage_error("invalid value for " + name + ": " + std::to_string(v) + " (must be >= 1)");
   return v;
 }
 
@@ -46,8 +46,7 @@ void reject_unused_scaling_flags(const args& a, posenc::rope_scaling_type s) {
   };
   for (const use& u : uses)
     if (!u.used && a.has(u.flag))
-      throw usage_error(std::string(u.flag) + " is not used by --scaling " +
-                        posenc::to_string(s));
+      throw usage_error(std::string(u.flag) + " is not used by --scaling " + posenc::to_string(s));
 }
 
 /// The rope_config the flags describe (the library validates it when used).
@@ -58,7 +57,8 @@ posenc::rope_config config_from(const args& a) {
   c.base = a.real_or("--base", 10000.0);
   c.pairing = posenc::parse_rope_pairing(a.choice("--pairing", {"half", "interleaved"}, "half"));
   c.scaling = posenc::parse_rope_scaling_type(
-      a.choice("--scaling", {"none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "xpos"}, "none"));
+      a.choice("--scaling",
+               {"none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "xpos"}, "none"));
   reject_unused_scaling_flags(a, c.scaling);
   c.factor = a.real_or("--factor", 1.0);
   c.original_max_positions = a.integer_or("--original-max", 0);
@@ -95,12 +95,15 @@ int rotate_file(const args& a, const posenc::rope_config& cfg) {
     throw usage_error("--in " + in + ": rows have " + std::to_string(width) +
                       " values but --head-dim is " + std::to_string(cfg.head_dim));
   const long long offset = a.integer_or("--offset", 0);
-  if (offset < 0) throw usage_error("invalid value for --offset: " + std::to_string(offset) + " (must be >= 0)");
+  if (offset < 0)
+    throw usage_error("invalid value for --offset: " + std::to_string(offset) + " (must be >= 0)");
   if (offset > std::numeric_limits<long long>::max() - len)
     throw usage_error("invalid value for --offset: " + std::to_string(offset) + " (too large)");
   // frequencies for the whole sequence seen so far unless told otherwise (dynamic NTK, LongRoPE)
   const long long seq_len = a.integer_or("--seq-len", offset + len);
-  if (seq_len < 0) throw usage_error("invalid value for --seq-len: " + std::to_string(seq_len) + " (must be >= 0)");
+  if (seq_len < 0)
+    throw usage_error("invalid value for --seq-len: " + std::to_string(seq_len) +
+                      " (must be >= 0)");
 
   posenc::rope_options opt;
   opt.cache = posenc::rope_cache_mode::on_the_fly;
@@ -135,7 +138,8 @@ command rope_command() {
   c.usage =
       "posenc rope --head-dim D [--rotary-dim R] [--base B] [--pairing half|interleaved]\n"
       "              [--scaling none|linear|ntk|dynamic|yarn|llama3|longrope|xpos] [--factor F]\n"
-      "              [--original-max N] [--seq-len N] [--beta-fast X] [--beta-slow X] [--mscale X]\n"
+      "              [--original-max N] [--seq-len N] [--beta-fast X] [--beta-slow X] [--mscale "
+      "X]\n"
       "              [--mscale-all-dim X] [--attention-factor X] [--low-freq-factor X]\n"
       "              [--high-freq-factor X] [--short-factor a,b,...] [--long-factor a,b,...]\n"
       "              [--xpos-scale-base X] [--key] [--float32-reference]\n"
@@ -145,8 +149,10 @@ command rope_command() {
       {"--head-dim", "D", "per-head dim D: the width of each row of X", true},
       {"--rotary-dim", "R", "rotary dim (even, <= D; default D): dims R..D-1 pass through", false},
       {"--base", "B", "RoPE base / rope_theta (default 10000)", false},
-      {"--pairing", "half|interleaved", "half = Hugging Face rotate_half (default), interleaved = GPT-J/RoFormer", false},
-      {"--scaling", "TYPE", "none (default), linear, ntk, dynamic, yarn, llama3, longrope, xpos", false},
+      {"--pairing", "half|interleaved",
+       "half = Hugging Face rotate_half (default), interleaved = GPT-J/RoFormer", false},
+      {"--scaling", "TYPE", "none (default), linear, ntk, dynamic, yarn, llama3, longrope, xpos",
+       false},
       {"--factor", "F", "scaling factor (ntk: alpha; longrope: max/original context)", false},
       {"--original-max", "N", "original max positions (dynamic, yarn, llama3, longrope)", false},
       {"--seq-len", "N", "sequence length the frequencies are for (default offset + L)", false},
@@ -161,7 +167,8 @@ command rope_command() {
       {"--long-factor", "a,b,...", "LongRoPE long factors (R/2 values)", false},
       {"--xpos-scale-base", "X", "xPos scale base (default 512)", false},
       {"--key", "", "rotate X as keys (differs from queries only with xpos)", false},
-      {"--float32-reference", "", "float32 angles like PyTorch float32 code (default: exact)", false},
+      {"--float32-reference", "", "float32 angles like PyTorch float32 code (default: exact)",
+       false},
       {"--offset", "P", "position of the first row (default 0): rows are P..P+L-1", false},
       {"--in", "X.npy", "input rows [L, D] (or [L, H, D]), float32 or float64", true},
       {"--out", "Y.npy", "output, same shape and dtype as the input", true},

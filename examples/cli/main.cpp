@@ -3,10 +3,9 @@
 
 #include <exception>
 #include <iostream>
+#include <posenc/version.hpp>
 #include <string>
 #include <vector>
-
-#include <posenc/version.hpp>
 
 #include "cli.hpp"
 
@@ -15,12 +14,9 @@ namespace {
 std::vector<posenc_cli::command> all_commands() {
   // Register subcommands here, one line each.
   return {
-      posenc_cli::sinusoidal_command(),
-      posenc_cli::learned_command(),
-      posenc_cli::rope_command(),
-      posenc_cli::bias_alibi_command(),
-      posenc_cli::bias_t5_command(),
-      posenc_cli::attention_command(),
+      posenc_cli::sinusoidal_command(), posenc_cli::learned_command(),
+      posenc_cli::rope_command(),       posenc_cli::bias_alibi_command(),
+      posenc_cli::bias_t5_command(),    posenc_cli::attention_command(),
   };
 }
 
@@ -59,13 +55,19 @@ int main(int argc, char** argv) {
     std::vector<std::string> words;
     std::string w;
     for (char ch : c.name + " ") {
-      if (ch == ' ') { if (!w.empty()) words.push_back(w); w.clear(); }
-      else w += ch;
+      if (ch == ' ') {
+        if (!w.empty()) words.push_back(w);
+        w.clear();
+      } else
+        w += ch;
     }
     if (words.size() > rest.size() || words.size() <= used) continue;
     bool match = true;
     for (std::size_t i = 0; i < words.size(); ++i) match = match && rest[i] == words[i];
-    if (match) { chosen = &c; used = words.size(); }
+    if (match) {
+      chosen = &c;
+      used = words.size();
+    }
   }
   if (!chosen) {
     // A group name alone ("posenc bias") lists its members.

@@ -384,8 +384,12 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks, bool integer
   const double norm = rough / mag;
   // 2.5 only where it stays a whole number when whole numbers are asked for (25, 250, ...).
   const bool quarter = !integer_steps || mag >= 10;
-  const double step =
-      (norm <= 1 ? 1 : norm <= 2 ? 2 : (quarter && norm <= 2.5) ? 2.5 : norm <= 5 ? 5 : 10) * mag;
+  const double step = (norm <= 1                  ? 1
+                       : norm <= 2                ? 2
+                       : (quarter && norm <= 2.5) ? 2.5
+                       : norm <= 5                ? 5
+                                                  : 10) *
+                      mag;
   std::vector<double> out;
   const double first = std::ceil(lo / step - 1e-9);
   for (double k = first;; k += 1) {

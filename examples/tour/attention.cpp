@@ -6,12 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
-#include <vector>
-
 #include <posenc/attention.hpp>
 #include <posenc/core/random.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
+#include <string>
+#include <vector>
 
 #include "tour.hpp"
 
@@ -22,8 +21,8 @@ namespace plot = posenc_plot;
 using posenc::Index;
 using dmatrix = plot::matrix;
 
-const std::vector<std::string> sentence = {"the", "cat", "sat", "on", "the", "mat",
-                                           "and", "the", "cat", "slept"};
+const std::vector<std::string> sentence = {"the", "cat", "sat", "on",  "the",
+                                           "mat", "and", "the", "cat", "slept"};
 
 /// One fixed random embedding per word (seeded by the word), so equal words are equal rows.
 dmatrix embed(Index d) {
@@ -49,7 +48,9 @@ dmatrix t5_table(const posenc::t5_bucket_config& cfg) {
   return t;
 }
 
-double row_diff(const dmatrix& w, Index a, Index b) { return (w.row(a) - w.row(b)).cwiseAbs().maxCoeff(); }
+double row_diff(const dmatrix& w, Index a, Index b) {
+  return (w.row(a) - w.row(b)).cwiseAbs().maxCoeff();
+}
 
 }  // namespace
 
@@ -62,7 +63,8 @@ void section_attention(tour_context& ctx) {
     dmatrix w;
   };
   std::vector<result> results;
-  auto run = [&](const std::string& name, const dmatrix& q, const auto& policy, const posenc::attention_options& o) {
+  auto run = [&](const std::string& name, const dmatrix& q, const auto& policy,
+                 const posenc::attention_options& o) {
     dmatrix w;
     posenc::attention_with_weights(q, q, q, w, o, policy);
     results.push_back({name, w});
@@ -72,16 +74,20 @@ void section_attention(tour_context& ctx) {
   const dmatrix xs = x + pe.table(L);
   run("sinusoidal (x + PE)", xs, posenc::no_position{}, opt);
   run("RoPE (base 1e4)", x, posenc::rotary_policy(d), opt);
-  run("ALiBi (m = 1/2, symmetric)", x, posenc::alibi_policy(8, posenc::alibi_form::symmetric).only_head(0), opt);
+  run("ALiBi (m = 1/2, symmetric)", x,
+      posenc::alibi_policy(8, posenc::alibi_form::symmetric).only_head(0), opt);
   const posenc::t5_bucket_config cfg{32, 128, true};
   posenc::attention_options t5opt = opt;
-  t5opt.scale = 1.0 / std::sqrt(static_cast<double>(d));  // our embeddings are unscaled: keep 1/sqrt(d)
+  t5opt.scale =
+      1.0 / std::sqrt(static_cast<double>(d));  // our embeddings are unscaled: keep 1/sqrt(d)
   run("T5 (illustrative table)", x, posenc::t5_bias_policy(t5_table(cfg), cfg), t5opt);
 
   // 1. Repeated words: rows 0, 4, 7 are "the"; rows 1, 8 are "cat".
   const double same = std::max(row_diff(results[0].w, 0, 4), row_diff(results[0].w, 1, 8));
-  ctx.finding(format("no positions: the rows of the repeated words 'the' (0, 4) and 'cat' (1, 8) "
-                     "are identical (max |diff| = %.1e)", same));
+  ctx.finding(
+      format("no positions: the rows of the repeated words 'the' (0, 4) and 'cat' (1, 8) "
+             "are identical (max |diff| = %.1e)",
+             same));
   // Equal up to rounding: with -march flags the compiler may fuse products differently for
   // different rows (FMA contraction), so the rows can differ in the last bit.
   ctx.check(same < 1e-12, "without positions equal tokens attend identically");
@@ -106,10 +112,12 @@ void section_attention(tour_context& ctx) {
     p.options.height = 360;
     panels.push_back(std::move(p));
   }
-  ctx.save(plot::heatmap_grid(panels, 3, plot::scale::shared,
-                              "Self-attention weights for the same sentence, by position scheme", "weight"),
-           "attention_schemes.png",
-           "attention weights of one sentence: no positions, sinusoidal, RoPE, ALiBi, T5 side by side");
+  ctx.save(
+      plot::heatmap_grid(panels, 3, plot::scale::shared,
+                         "Self-attention weights for the same sentence, by position scheme",
+                         "weight"),
+      "attention_schemes.png",
+      "attention weights of one sentence: no positions, sinusoidal, RoPE, ALiBi, T5 side by side");
 
   // 2. The biases themselves: ALiBi (4 of 8 heads, symmetric form) and T5 buckets, all Toeplitz.
   const Index n = 24;
@@ -122,10 +130,13 @@ void section_attention(tour_context& ctx) {
     s.len_q = n;
     s.len_k = n;
     s.dim = 1;
-    p.values = posenc::materialize_bias(posenc::alibi_policy(8, posenc::alibi_form::symmetric), 0, h, s);
+    p.values =
+        posenc::materialize_bias(posenc::alibi_policy(8, posenc::alibi_form::symmetric), 0, h, s);
     for (Index i = 1; i < n; ++i)
-      toeplitz = std::max(toeplitz, (p.values.block(i, 1, n - i, n - i) -
-                                     p.values.block(i - 1, 0, n - i, n - i)).cwiseAbs().maxCoeff());
+      toeplitz = std::max(
+          toeplitz, (p.values.block(i, 1, n - i, n - i) - p.values.block(i - 1, 0, n - i, n - i))
+                        .cwiseAbs()
+                        .maxCoeff());
     p.options.title = format("ALiBi head %lld (m = %.3g)", static_cast<long long>(h),
                              posenc::alibi_slopes(8)[static_cast<std::size_t>(h)]);
     p.options.x_label = "key j";
@@ -143,14 +154,20 @@ void section_attention(tour_context& ctx) {
   tb.options.width = 300;
   tb.options.height = 300;
   for (Index i = 1; i < n; ++i)
-    toeplitz = std::max(toeplitz, (tb.values.block(i, 1, n - i, n - i) -
-                                   tb.values.block(i - 1, 0, n - i, n - i)).cwiseAbs().maxCoeff());
+    toeplitz = std::max(
+        toeplitz, (tb.values.block(i, 1, n - i, n - i) - tb.values.block(i - 1, 0, n - i, n - i))
+                      .cwiseAbs()
+                      .maxCoeff());
   biases.push_back(std::move(tb));
-  ctx.finding(format("ALiBi biases and T5 buckets depend only on j - i: every diagonal is constant "
-                     "(max change along a diagonal = %.1e)", toeplitz));
+  ctx.finding(
+      format("ALiBi biases and T5 buckets depend only on j - i: every diagonal is constant "
+             "(max change along a diagonal = %.1e)",
+             toeplitz));
   ctx.check(toeplitz == 0.0, "ALiBi and T5 biases are Toeplitz (functions of j - i)");
-  ctx.save(plot::heatmap_grid(biases, 5, plot::scale::separate, "Relative biases: ALiBi heads and T5 buckets"),
-           "attention_biases.png", "ALiBi symmetric biases of four heads and the T5 bucket matrix, 24 x 24");
+  ctx.save(plot::heatmap_grid(biases, 5, plot::scale::separate,
+                              "Relative biases: ALiBi heads and T5 buckets"),
+           "attention_biases.png",
+           "ALiBi symmetric biases of four heads and the T5 bucket matrix, 24 x 24");
 }
 
 }  // namespace tour

@@ -6,12 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <posenc/core/random.hpp>
+#include <posenc/encoding/rotary.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <posenc/core/random.hpp>
-#include <posenc/encoding/rotary.hpp>
 
 #include "tour.hpp"
 
@@ -35,7 +34,8 @@ void relative_property(tour_context& ctx) {
   const Index starts[] = {0, 100, 1000, 100000};
   const double width[] = {7, 4, 2.5, 0};
   const double dash[] = {0, 10, 4, 0};
-  const plot::marker mark[] = {plot::marker::none, plot::marker::none, plot::marker::none, plot::marker::circle};
+  const plot::marker mark[] = {plot::marker::none, plot::marker::none, plot::marker::none,
+                               plot::marker::circle};
   std::vector<plot::series> curves;
   std::vector<double> first;
   double spread = 0;
@@ -50,8 +50,10 @@ void relative_property(tour_context& ctx) {
       const double dot = qs.row(off).dot(ks.row(0));
       c.xs.push_back(double(off));
       c.ys.push_back(dot);
-      if (s == 0) first.push_back(dot);
-      else spread = std::max(spread, std::abs(dot - first[static_cast<std::size_t>(off)]));
+      if (s == 0)
+        first.push_back(dot);
+      else
+        spread = std::max(spread, std::abs(dot - first[static_cast<std::size_t>(off)]));
     }
     c.line_width = width[s];
     c.dash = dash[s];
@@ -61,12 +63,14 @@ void relative_property(tour_context& ctx) {
   }
   const double q_dot_k = q.row(0).dot(k.row(0));
   ctx.check(std::abs(first[0] - q_dot_k) <= 1e-12, "at offset 0 the rotated dot product is q.k");
-  ctx.check(spread <= 1e-9, format("q.k after RoPE depends only on m - n (max spread over starts %.1e)", spread));
+  ctx.check(spread <= 1e-9,
+            format("q.k after RoPE depends only on m - n (max spread over starts %.1e)", spread));
   const auto mm = std::minmax_element(first.begin() + 1, first.end());
-  ctx.finding(format("RoPE relative property: q.k = %.3f unrotated; after rotation it depends only on the "
-                     "offset m - n (curves from keys at n = 0, 100, 1000, 100000 agree to %.1e) and swings "
-                     "between %.2f and %.2f over offsets 1..%lld",
-                     q_dot_k, std::max(spread, 1e-16), *mm.first, *mm.second, static_cast<long long>(kmax)));
+  ctx.finding(format(
+      "RoPE relative property: q.k = %.3f unrotated; after rotation it depends only on the "
+      "offset m - n (curves from keys at n = 0, 100, 1000, 100000 agree to %.1e) and swings "
+      "between %.2f and %.2f over offsets 1..%lld",
+      q_dot_k, std::max(spread, 1e-16), *mm.first, *mm.second, static_cast<long long>(kmax)));
   plot::line_options lo;
   lo.title = "RoPE: <R(m) q, R(n) k> against m - n, from four starts";
   lo.x_label = "offset m - n";
@@ -139,12 +143,16 @@ void frequency_spectrum(tour_context& ctx) {
   }
   ctx.check(positive, "every scaling gives positive frequencies");
   const auto lin = entries[1].cfg.frequencies(0);
-  ctx.check(std::abs(lin.inv_freq[0] / plain.inv_freq[0] - 1 / factor) <= 1e-15, "linear scaling divides every frequency by the factor");
+  ctx.check(std::abs(lin.inv_freq[0] / plain.inv_freq[0] - 1 / factor) <= 1e-15,
+            "linear scaling divides every frequency by the factor");
   const auto l3 = entries[5].cfg.frequencies(0);
-  ctx.check(l3.inv_freq[0] == plain.inv_freq[0] && std::abs(l3.inv_freq.back() * factor - plain.inv_freq.back()) <= 1e-18,
+  ctx.check(l3.inv_freq[0] == plain.inv_freq[0] &&
+                std::abs(l3.inv_freq.back() * factor - plain.inv_freq.back()) <= 1e-18,
             "llama3 keeps the fastest pair and divides the slowest by the factor");
-  ctx.finding("RoPE scalings (d 128, base 1e4, 4096 -> 16384 positions): attention factors " + factors +
-              "; linear divides all frequencies by 4, ntk/dynamic bend the slow end, yarn and llama3 keep the "
+  ctx.finding("RoPE scalings (d 128, base 1e4, 4096 -> 16384 positions): attention factors " +
+              factors +
+              "; linear divides all frequencies by 4, ntk/dynamic bend the slow end, yarn and "
+              "llama3 keep the "
               "fast pairs and interpolate the slow ones");
   plot::line_options lo;
   lo.title = "Effective RoPE frequencies";
@@ -156,10 +164,11 @@ void frequency_spectrum(tour_context& ctx) {
   ro.y_label = "inv_freq / plain";
   ro.y_min = 0;
   ro.y_max = 1.1;
-  ctx.save(plot::compose({plot::line_plot(logs, lo), plot::line_plot(ratios, ro)}, 2,
-                         "RoPE scalings: 4096 -> 16384 positions, d = 128"),
-           "rope_scaling_spectrum.png",
-           "Effective RoPE frequency of each pair for every scaling, and its ratio to unscaled RoPE");
+  ctx.save(
+      plot::compose({plot::line_plot(logs, lo), plot::line_plot(ratios, ro)}, 2,
+                    "RoPE scalings: 4096 -> 16384 positions, d = 128"),
+      "rope_scaling_spectrum.png",
+      "Effective RoPE frequency of each pair for every scaling, and its ratio to unscaled RoPE");
 }
 
 }  // namespace

@@ -6,13 +6,13 @@
 /// (ALiBi, T5 relative bias, rotary and absolute encodings applied inside the call).
 /// See docs/attention.md.
 
-#include "attention/policy.hpp"
-#include "attention/mask.hpp"
-#include "attention/attention.hpp"
-#include "attention/multi_head.hpp"
-#include "attention/kv_cache.hpp"
-#include "attention/backward.hpp"
-#include "attention/rotary_policy.hpp"
 #include "attention/absolute_policy.hpp"
+#include "attention/attention.hpp"
+#include "attention/backward.hpp"
+#include "attention/kv_cache.hpp"
+#include "attention/mask.hpp"
+#include "attention/multi_head.hpp"
+#include "attention/policy.hpp"
+#include "attention/rotary_policy.hpp"
 #include "encoding/alibi.hpp"
 #include "encoding/t5_bias.hpp"

@@ -39,7 +39,8 @@
 #endif
 
 #if POSENC_ARCH_AVX512 && !POSENC_ARCH_AVX2
-#error "posenc: POSENC_ARCH_AVX512 requires POSENC_ARCH_AVX2 (AVX-512 backend builds on the AVX2 one)"
+#error \
+    "posenc: POSENC_ARCH_AVX512 requires POSENC_ARCH_AVX2 (AVX-512 backend builds on the AVX2 one)"
 #endif
 #if POSENC_ARCH_NEON && (POSENC_ARCH_AVX2 || POSENC_ARCH_AVX512)
 #error "posenc: NEON and x86 SIMD backends cannot both be enabled"

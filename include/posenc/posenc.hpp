@@ -3,24 +3,24 @@
 /// posenc: transformer positional encodings and self-attention on Eigen.
 /// The umbrella header: includes every public module.
 
-#include "version.hpp"
 #include "config.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
 #include "core/random.hpp"
 #include "core/view.hpp"
+#include "version.hpp"
 
 // File formats.
-#include "io/tensor.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensor.hpp"
 
 // Encodings.
-#include "encoding/sinusoidal.hpp"
 #include "encoding/learned.hpp"
 #include "encoding/properties.hpp"
 #include "encoding/rotary.hpp"
 #include "encoding/shaw.hpp"
+#include "encoding/sinusoidal.hpp"
 #include "encoding/transformer_xl.hpp"
 
 // Attention (the kernel, masks, KV cache, backward, and the ALiBi/T5/rotary/absolute policies).

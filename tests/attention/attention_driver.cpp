@@ -9,14 +9,13 @@
 // fused projection writes them); O [B, Lq, H·dv]; W [B, H, Lq, Lk]; L int64 [B].
 // Exit status: 0 on success, 2 on bad arguments or files (message on stderr).
 
-#include <posenc/attention.hpp>
-#include <posenc/io/npy.hpp>
-
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <map>
+#include <posenc/attention.hpp>
+#include <posenc/io/npy.hpp>
 #include <string>
 #include <vector>
 
@@ -30,10 +29,12 @@ int run(const std::map<std::string, std::string>& a) {
   const auto k = posenc::io::read_npy<T>(a.at("--k"));
   const auto v = posenc::io::read_npy<T>(a.at("--v"));
   const Index H = std::stoll(a.at("--heads")), G = std::stoll(a.at("--kv-heads"));
-  if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) throw std::runtime_error("q, k, v must be rank 3");
+  if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3)
+    throw std::runtime_error("q, k, v must be rank 3");
   if (H < 1 || G < 1 || q.shape[2] % H != 0 || k.shape[2] % G != 0 || v.shape[2] % G != 0)
     throw std::runtime_error("head counts do not divide the last axes");
-  const Index B = q.shape[0], Lq = q.shape[1], Lk = k.shape[1], d = q.shape[2] / H, dv = v.shape[2] / G;
+  const Index B = q.shape[0], Lq = q.shape[1], Lk = k.shape[1], d = q.shape[2] / H,
+              dv = v.shape[2] / G;
   posenc::attention_options opt;
   opt.mask.causal = a.count("--causal") != 0;
   if (a.count("--q-offset")) opt.q_offset = std::stoll(a.at("--q-offset"));
@@ -41,7 +42,8 @@ int run(const std::map<std::string, std::string>& a) {
     const auto lens = posenc::io::read_npy<std::int64_t>(a.at("--key-lengths"));
     opt.mask.key_lengths.assign(lens.data.begin(), lens.data.end());
   }
-  std::vector<T> out(static_cast<std::size_t>(B * Lq * H * dv)), w(static_cast<std::size_t>(B * H * Lq * Lk));
+  std::vector<T> out(static_cast<std::size_t>(B * Lq * H * dv)),
+      w(static_cast<std::size_t>(B * H * Lq * Lk));
   const auto qv = posenc::view_bshd(q.data.data(), B, Lq, H, d);
   const auto kv = posenc::view_bshd(k.data.data(), B, Lk, G, k.shape[2] / G);
   const auto vv = posenc::view_bshd(v.data.data(), B, Lk, G, dv);
@@ -62,8 +64,10 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> a;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
-    if (f == "--causal" || f == "--alibi") a[f] = "1";
-    else if (i + 1 < argc) a[f] = argv[++i];
+    if (f == "--causal" || f == "--alibi")
+      a[f] = "1";
+    else if (i + 1 < argc)
+      a[f] = argv[++i];
     else {
       std::cerr << "attention_driver: flag " << f << " needs a value\n";
       return 2;

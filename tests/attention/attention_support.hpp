@@ -4,15 +4,13 @@
 // no policies).
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <posenc/attention.hpp>
 #include <random>
 #include <vector>
-
-#include <posenc/attention.hpp>
 
 namespace posenc_test {
 
@@ -42,7 +40,8 @@ inline rmat<double> normal_matrix(posenc::Index rows, posenc::Index cols, std::m
 
 /// Central differences (step h) of loss() with respect to every element of x, which is
 /// perturbed in place and restored.
-inline rmat<double> numeric_grad(rmat<double>& x, const std::function<double()>& loss, double h = 1e-6) {
+inline rmat<double> numeric_grad(rmat<double>& x, const std::function<double()>& loss,
+                                 double h = 1e-6) {
   rmat<double> g(x.rows(), x.cols());
   for (posenc::Index e = 0; e < x.size(); ++e) {
     const double keep = x.data()[e];
@@ -63,11 +62,11 @@ rmat<double> numeric_gradient(rmat<double>& x, const rmat<double>& dout, F&& f) 
 }
 
 /// Naive attention with an explicit bias function and visibility predicate.
-inline rmat<double> naive_attention(const rmat<double>& q, const rmat<double>& k,
-                                    const rmat<double>& v, double scale,
-                                    const std::function<double(posenc::Index, posenc::Index)>& bias,
-                                    const std::function<bool(posenc::Index, posenc::Index)>& visible,
-                                    rmat<double>* weights = nullptr) {
+inline rmat<double> naive_attention(
+    const rmat<double>& q, const rmat<double>& k, const rmat<double>& v, double scale,
+    const std::function<double(posenc::Index, posenc::Index)>& bias,
+    const std::function<bool(posenc::Index, posenc::Index)>& visible,
+    rmat<double>* weights = nullptr) {
   rmat<double> out = rmat<double>::Zero(q.rows(), v.cols());
   if (weights) *weights = rmat<double>::Zero(q.rows(), k.rows());
   for (posenc::Index i = 0; i < q.rows(); ++i) {

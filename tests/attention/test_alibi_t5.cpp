@@ -1,11 +1,10 @@
 // ALiBi slopes and bias, T5 buckets and bias: goldens, every head count 1..96,
 // relative-only dependence, query offsets, error paths.
 
-#include <posenc/encoding/alibi.hpp>
-#include <posenc/encoding/t5_bias.hpp>
-
 #include <cmath>
 #include <limits>
+#include <posenc/encoding/alibi.hpp>
+#include <posenc/encoding/t5_bias.hpp>
 #include <vector>
 
 #include "attention_support.hpp"
@@ -34,7 +33,8 @@ std::vector<double> recursive_slopes(int n) {
   }
   std::vector<double> s = recursive_slopes(c);
   const std::vector<double> twice = recursive_slopes(2 * c);
-  for (int i = 0; static_cast<int>(s.size()) < n; i += 2) s.push_back(twice[static_cast<std::size_t>(i)]);
+  for (int i = 0; static_cast<int>(s.size()) < n; i += 2)
+    s.push_back(twice[static_cast<std::size_t>(i)]);
   return s;
 }
 
@@ -47,7 +47,8 @@ TEST_CASE("ALiBi slopes match the reference for 8, 12, 16, 20 heads", "[alibi][g
     REQUIRE(static_cast<Index>(got.size()) == want.cols());
     for (int h = 0; h < n; ++h) {
       INFO("heads " << n << " head " << h);
-      CHECK(std::abs(got[static_cast<std::size_t>(h)] - want(0, h)) <= 4e-15 * want(0, h));  // the reference multiplies repeatedly: a few ulps
+      CHECK(std::abs(got[static_cast<std::size_t>(h)] - want(0, h)) <=
+            4e-15 * want(0, h));  // the reference multiplies repeatedly: a few ulps
     }
   }
   // The paper's figure: 8 heads give 1/2, 1/4, ..., 1/256.
@@ -68,7 +69,8 @@ TEST_CASE("ALiBi slopes for every head count 1..96", "[alibi]") {
     for (int h = 0; h < n; ++h) {
       CHECK(got[static_cast<std::size_t>(h)] > 0.0);
       CHECK(got[static_cast<std::size_t>(h)] < 1.0);
-      for (int g = 0; g < h; ++g) CHECK(got[static_cast<std::size_t>(g)] != got[static_cast<std::size_t>(h)]);
+      for (int g = 0; g < h; ++g)
+        CHECK(got[static_cast<std::size_t>(g)] != got[static_cast<std::size_t>(h)]);
     }
     // llama.cpp's max_bias = 8 is the paper's schedule; another max_bias rescales the
     // exponent: m(b) = m(8)^(b/8).
@@ -76,8 +78,8 @@ TEST_CASE("ALiBi slopes for every head count 1..96", "[alibi]") {
     const auto m4 = posenc::alibi_slopes_max_bias(n, 4.0);
     for (int h = 0; h < n; ++h) {
       CHECK(m8[static_cast<std::size_t>(h)] == got[static_cast<std::size_t>(h)]);
-      CHECK(std::abs(m4[static_cast<std::size_t>(h)] - std::sqrt(got[static_cast<std::size_t>(h)])) <=
-            1e-15);
+      CHECK(std::abs(m4[static_cast<std::size_t>(h)] -
+                     std::sqrt(got[static_cast<std::size_t>(h)])) <= 1e-15);
     }
   }
   // ggml for 12 heads: n_head_log2 = 8, m0 = 2^-1, m1 = 2^-0.5; head 8 = m1^1, head 11 = m1^7.
@@ -94,7 +96,8 @@ TEST_CASE("ALiBi bias: causal and symmetric forms, query offset, relative only",
   for (Index h = 0; h < H; ++h)
     for (Index i = 0; i < Lq; ++i)
       for (Index j = 0; j < Lk; ++j) {
-        const double m = slopes[static_cast<std::size_t>(h)], rel = static_cast<double>(j - (off + i));
+        const double m = slopes[static_cast<std::size_t>(h)],
+                     rel = static_cast<double>(j - (off + i));
         CHECK(causal(h * Lq + i, j) == m * rel);
         CHECK(sym(h * Lq + i, j) == -m * std::abs(rel));
       }
@@ -124,8 +127,9 @@ TEST_CASE("ALiBi errors name the parameter", "[alibi][errors]") {
   POSENC_REQUIRE_ERROR(posenc::alibi_slopes_max_bias(4, -1.0), "max_bias = -1");
   POSENC_REQUIRE_ERROR(posenc::alibi_policy(std::vector<double>{}, posenc::alibi_form::causal),
                        "slopes.size() = 0");
-  POSENC_REQUIRE_ERROR(posenc::alibi_policy(std::vector<double>{std::nan("")}, posenc::alibi_form::causal),
-                       "slope = nan");
+  POSENC_REQUIRE_ERROR(
+      posenc::alibi_policy(std::vector<double>{std::nan("")}, posenc::alibi_form::causal),
+      "slope = nan");
   POSENC_REQUIRE_ERROR(posenc::alibi_policy(4).only_head(4), "h = 4");
   POSENC_REQUIRE_ERROR(posenc::alibi_bias(2, -1, 3), "len_q = -1");
   POSENC_REQUIRE_ERROR(posenc::alibi_bias(2, 1, -3), "len_k = -3");
@@ -204,7 +208,8 @@ TEST_CASE("T5 bias policy depends only on j - i and reads the table", "[t5]") {
   for (Index h = 0; h < 3; ++h) {
     const auto b = posenc::materialize_bias(p, 0, h, s);
     for (Index i = 0; i < 2; ++i)
-      for (Index j = 0; j < 3; ++j) CHECK(b(i, j) == table(posenc::t5_bucket(j - (s.q_offset + i), p.config()), h));
+      for (Index j = 0; j < 3; ++j)
+        CHECK(b(i, j) == table(posenc::t5_bucket(j - (s.q_offset + i), p.config()), h));
   }
   const auto one = p.only_head(2);
   CHECK(one.heads() == 1);

@@ -1,10 +1,9 @@
 // Reference attention: goldens from tests/reference/attention.py, masks, numerics,
 // permutation properties, chunked prefill, error paths.
 
-#include <posenc/attention.hpp>
-
 #include <cmath>
 #include <limits>
+#include <posenc/attention.hpp>
 
 #include "attention_support.hpp"
 #include "support/catch.hpp"
@@ -26,8 +25,8 @@ struct golden_inputs {
 };
 
 template <class Policy>
-void check_case(const golden_inputs& in, const std::string& name, const posenc::attention_options& opt,
-                const Policy& policy) {
+void check_case(const golden_inputs& in, const std::string& name,
+                const posenc::attention_options& opt, const Policy& policy) {
   INFO("case " << name);
   const auto want = golden_matrix<double>("attention_out_" + name + ".npy");
   const auto want_w = golden_matrix<double>("attention_weights_" + name + ".npy");
@@ -37,15 +36,17 @@ void check_case(const golden_inputs& in, const std::string& name, const posenc::
   CHECK(max_abs_diff(w, want_w) < 1e-13);
   // float inputs: the float64 result rounded once.
   rmat<float> wf;
-  const auto outf = posenc::attention_with_weights(in.q.cast<float>().eval(), in.k.cast<float>().eval(),
-                                                   in.v.cast<float>().eval(), wf, opt, policy);
+  const auto outf =
+      posenc::attention_with_weights(in.q.cast<float>().eval(), in.k.cast<float>().eval(),
+                                     in.v.cast<float>().eval(), wf, opt, policy);
   CHECK(max_abs_diff(outf, want) < 1e-5);
   CHECK(max_abs_diff(wf, want_w) < 1e-5);
 }
 
 }  // namespace
 
-TEST_CASE("attention matches the numpy reference for every scheme and mask", "[attention][golden]") {
+TEST_CASE("attention matches the numpy reference for every scheme and mask",
+          "[attention][golden]") {
   const golden_inputs in;
   posenc::attention_options opt;
   check_case(in, "none", opt, posenc::no_position{});
@@ -109,7 +110,8 @@ TEST_CASE("softmax is stable for huge logits", "[attention]") {
   const auto v = random_matrix(6, 2, 7);
   const auto out = posenc::attention(q, k, v);
   CHECK(out.allFinite());
-  rmat<float> outf = posenc::attention(q.cast<float>().eval(), k.cast<float>().eval(), v.cast<float>().eval());
+  rmat<float> outf =
+      posenc::attention(q.cast<float>().eval(), k.cast<float>().eval(), v.cast<float>().eval());
   CHECK(outf.allFinite());
   // Each row is (numerically) the value of its best key.
   for (Index i = 0; i < 4; ++i) {
@@ -140,8 +142,10 @@ TEST_CASE("fully masked rows give zeros, never NaN", "[attention][mask]") {
   CHECK(out.isZero(0));
 }
 
-TEST_CASE("NaN and infinite inputs propagate; they are never silently zeroed", "[attention][numerics]") {
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+TEST_CASE("NaN and infinite inputs propagate; they are never silently zeroed",
+          "[attention][numerics]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN(),
+               inf = std::numeric_limits<double>::infinity();
   rmat<double> q = random_matrix(4, 3, 21);
   rmat<double> k = random_matrix(5, 3, 22);
   const auto v = random_matrix(5, 2, 23);
@@ -181,7 +185,8 @@ TEST_CASE("NaN and infinite inputs propagate; they are never silently zeroed", "
 }
 
 TEST_CASE("weights rows sum to one and respect the causal offset", "[attention][mask]") {
-  const auto q = random_matrix(6, 4, 11), k = random_matrix(10, 4, 12), v = random_matrix(10, 3, 13);
+  const auto q = random_matrix(6, 4, 11), k = random_matrix(10, 4, 12),
+             v = random_matrix(10, 3, 13);
   posenc::attention_options opt;
   opt.mask.causal = true;
   opt.q_offset = 3;
@@ -197,13 +202,13 @@ TEST_CASE("weights rows sum to one and respect the causal offset", "[attention][
 
 TEST_CASE("float32 attention stays within 1e-5 of float64 at L = 4096", "[attention][numerics]") {
   const Index L = 4096, d = 32;
-  const rmat<float> q = random_matrix<float>(L, d, 21) * 2.0f, k = random_matrix<float>(L, d, 22) * 2.0f,
-                    v = random_matrix<float>(L, d, 23);
+  const rmat<float> q = random_matrix<float>(L, d, 21) * 2.0f,
+                    k = random_matrix<float>(L, d, 22) * 2.0f, v = random_matrix<float>(L, d, 23);
   posenc::attention_options opt;
   opt.mask.causal = true;
   const rmat<float> outf = posenc::attention(q, k, v, opt);
-  const rmat<double> outd =
-      posenc::attention(q.cast<double>().eval(), k.cast<double>().eval(), v.cast<double>().eval(), opt);
+  const rmat<double> outd = posenc::attention(q.cast<double>().eval(), k.cast<double>().eval(),
+                                              v.cast<double>().eval(), opt);
   CHECK(posenc_test::rel_norm_err(outf, outd) < 1e-5);
   double worst = 0;
   for (Index i = 0; i < L; ++i)
@@ -221,7 +226,8 @@ TEST_CASE("without positions attention is permutation-equivariant; with a scheme
   std::swap(perm(0), perm(4));
   const Eigen::PermutationMatrix<Eigen::Dynamic> P(perm);
   const rmat<double> px = P * x;
-  const auto f = [&](const rmat<double>& in, const auto& policy, const posenc::attention_options& o) {
+  const auto f = [&](const rmat<double>& in, const auto& policy,
+                     const posenc::attention_options& o) {
     return posenc::attention(in, in, in, o, policy);
   };
   posenc::attention_options none;
@@ -232,9 +238,11 @@ TEST_CASE("without positions attention is permutation-equivariant; with a scheme
   const rmat<double> table = random_matrix(32, 1, 32) * 3.0;
   posenc::attention_options t5;
   t5.scale = 1.0;
-  CHECK(max_abs_diff(f(px, posenc::alibi_policy(1), none), P * f(x, posenc::alibi_policy(1), none)) > 1e-3);
+  CHECK(max_abs_diff(f(px, posenc::alibi_policy(1), none),
+                     P * f(x, posenc::alibi_policy(1), none)) > 1e-3);
   CHECK(max_abs_diff(f(px, posenc::alibi_policy(1, posenc::alibi_form::symmetric), none),
-                     P * f(x, posenc::alibi_policy(1, posenc::alibi_form::symmetric), none)) > 1e-3);
+                     P * f(x, posenc::alibi_policy(1, posenc::alibi_form::symmetric), none)) >
+        1e-3);
   const posenc::t5_bias_policy t5p(table, {32, 128, true});
   CHECK(max_abs_diff(f(px, t5p, t5), P * f(x, t5p, t5)) > 1e-3);
 }
@@ -254,8 +262,8 @@ TEST_CASE("chunked prefill with a query offset equals one causal pass", "[attent
         posenc::attention_options o = full;
         o.q_offset = r0;
         // Only the keys seen so far are passed, as a KV cache would hold them.
-        const rmat<double> got = posenc::attention(q.middleRows(r0, n), k.topRows(r0 + n),
-                                                   v.topRows(r0 + n), o, policy);
+        const rmat<double> got =
+            posenc::attention(q.middleRows(r0, n), k.topRows(r0 + n), v.topRows(r0 + n), o, policy);
         INFO("chunk " << chunk << " at " << r0);
         CHECK(max_abs_diff(got, want.middleRows(r0, n)) < 1e-14);
       }
@@ -321,8 +329,9 @@ TEST_CASE("attention validates its arguments", "[attention][errors]") {
   POSENC_REQUIRE_ERROR(posenc::materialize_bias(posenc::alibi_policy(1), 0, 0, big), "len_q = -1");
   big.len_q = 2;
   big.len_k = -4;
-  POSENC_REQUIRE_ERROR(posenc::materialize_score(posenc::no_position{}, 0, 0, big, rmat<double>(2, 1)),
-                       "len_k = -4");
+  POSENC_REQUIRE_ERROR(
+      posenc::materialize_score(posenc::no_position{}, 0, 0, big, rmat<double>(2, 1)),
+      "len_k = -4");
   // Per-head policies must be narrowed for a single-head call.
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, {}, posenc::alibi_policy(4)), "heads = 1");
   rmat<double> w;

@@ -2,9 +2,8 @@
 // in double, for every mask kind, ALiBi, T5 and grouped-query heads; plus a toy training
 // run of a T5 table.
 
-#include <posenc/attention.hpp>
-
 #include <functional>
+#include <posenc/attention.hpp>
 
 #include "attention_support.hpp"
 #include "support/catch.hpp"
@@ -19,7 +18,9 @@ using posenc_test::rmat;
 namespace {
 
 /// L = sum(out ∘ W) for a fixed random W, so dL/dout = W.
-double weighted_sum(const rmat<double>& out, const rmat<double>& w) { return out.cwiseProduct(w).sum(); }
+double weighted_sum(const rmat<double>& out, const rmat<double>& w) {
+  return out.cwiseProduct(w).sum();
+}
 
 template <class Policy>
 posenc::no_gradient make_grad(const Policy&) {
@@ -28,9 +29,10 @@ posenc::no_gradient make_grad(const Policy&) {
 posenc::t5_bias_gradient make_grad(const posenc::t5_bias_policy& p) { return p.zero_gradient(); }
 
 template <class Policy>
-void check_single(const Policy& policy, const posenc::attention_options& opt, Index lq, Index lk, Index d,
-                  Index dv) {
-  rmat<double> q = random_matrix(lq, d, 1) * 1.5, k = random_matrix(lk, d, 2) * 1.5, v = random_matrix(lk, dv, 3);
+void check_single(const Policy& policy, const posenc::attention_options& opt, Index lq, Index lk,
+                  Index d, Index dv) {
+  rmat<double> q = random_matrix(lq, d, 1) * 1.5, k = random_matrix(lk, d, 2) * 1.5,
+               v = random_matrix(lk, dv, 3);
   const rmat<double> w = random_matrix(lq, dv, 4);
   auto grad = make_grad(policy);
   const auto g = posenc::attention_backward(q, k, v, w, opt, policy, grad);
@@ -66,7 +68,8 @@ TEST_CASE("attention backward matches finite differences", "[backward]") {
     opt.mask.causal = true;
     opt.q_offset = 1;
     check_single(posenc::alibi_policy(3).only_head(0), opt, 4, 6, 3, 2);
-    check_single(posenc::alibi_policy(3, posenc::alibi_form::symmetric).only_head(2), {}, 4, 6, 3, 2);
+    check_single(posenc::alibi_policy(3, posenc::alibi_form::symmetric).only_head(2), {}, 4, 6, 3,
+                 2);
   }
   SECTION("T5 bias, scale 1") {
     opt.scale = 1.0;
@@ -90,7 +93,9 @@ TEST_CASE("T5 table gradient matches finite differences, multi-head with GQA", "
     auto grad = policy.zero_gradient();
     const auto g = posenc::multi_head_attention_backward(q, k, v, w, H, Hkv, opt, policy, grad);
     auto loss = [&] {
-      return weighted_sum(posenc::multi_head_attention(q, k, v, H, Hkv, opt, posenc::t5_bias_policy(table, cfg)), w);
+      return weighted_sum(
+          posenc::multi_head_attention(q, k, v, H, Hkv, opt, posenc::t5_bias_policy(table, cfg)),
+          w);
     };
     CHECK(max_abs_diff(g.dq, numeric_grad(q, loss)) < 1e-8);
     CHECK(max_abs_diff(g.dk, numeric_grad(k, loss)) < 1e-8);
@@ -137,39 +142,45 @@ TEST_CASE("a T5 table learns a relative pattern", "[backward][t5]") {
 
 TEST_CASE("backward validates its arguments", "[backward][errors]") {
   const auto q = random_matrix(3, 4, 1), k = random_matrix(5, 4, 2), v = random_matrix(5, 2, 3);
-  POSENC_REQUIRE_ERROR(posenc::attention_backward(q, k, v, random_matrix(2, 2, 4)), "dout.rows() = 2");
-  POSENC_REQUIRE_ERROR(posenc::attention_backward(q, k, v, random_matrix(3, 3, 4)), "dout.cols() = 3");
-  POSENC_REQUIRE_ERROR(posenc::attention_backward(q, random_matrix(5, 3, 2), v, random_matrix(3, 2, 4)),
-                       "k.cols() = 3");
+  POSENC_REQUIRE_ERROR(posenc::attention_backward(q, k, v, random_matrix(2, 2, 4)),
+                       "dout.rows() = 2");
+  POSENC_REQUIRE_ERROR(posenc::attention_backward(q, k, v, random_matrix(3, 3, 4)),
+                       "dout.cols() = 3");
+  POSENC_REQUIRE_ERROR(
+      posenc::attention_backward(q, random_matrix(5, 3, 2), v, random_matrix(3, 2, 4)),
+      "k.cols() = 3");
   const posenc::t5_bias_policy t5(random_matrix(8, 1, 5), {8, 20, true});
   posenc::t5_bias_gradient bad{posenc::dmatrix::Zero(7, 1)};
   POSENC_REQUIRE_ERROR(posenc::attention_backward(q, k, v, random_matrix(3, 2, 4), {}, t5, bad),
                        "grad.table.rows() = 7");
   auto g = t5.zero_gradient();
   const auto qm = random_matrix(3, 8, 1), km = random_matrix(5, 8, 2), vm = random_matrix(5, 4, 3);
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 2, {}, t5, g),
-                       "heads = 2");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 2, {}, t5, g),
+      "heads = 2");
   posenc::no_gradient ng;
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 3, {},
-                                                             posenc::no_position{}, ng),
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2,
+                                                             3, {}, posenc::no_position{}, ng),
                        "k.cols() = 8");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 5, 4), 2, 2, {},
-                                                             posenc::no_position{}, ng),
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 5, 4), 2,
+                                                             2, {}, posenc::no_position{}, ng),
                        "dout.cols() = 5");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 0, 2, {},
-                                                             posenc::no_position{}, ng),
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 0,
+                                                             2, {}, posenc::no_position{}, ng),
                        "heads = 0");
   // The packed-head checks shared with multi_head_attention (detail::check_packed_heads).
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 0, {},
-                                                             posenc::no_position{}, ng),
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2,
+                                                             0, {}, posenc::no_position{}, ng),
                        "kv_heads = 0");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 3, 2, {},
-                                                             posenc::no_position{}, ng),
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 3,
+                                                             2, {}, posenc::no_position{}, ng),
                        "q.cols() = 8");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, random_matrix(5, 5, 3), random_matrix(3, 4, 4),
-                                                             2, 2, {}, posenc::no_position{}, ng),
-                       "v.cols() = 5");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, random_matrix(6, 4, 3), random_matrix(3, 4, 4),
-                                                             2, 2, {}, posenc::no_position{}, ng),
-                       "v.rows() = 6");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, random_matrix(5, 5, 3), random_matrix(3, 4, 4),
+                                            2, 2, {}, posenc::no_position{}, ng),
+      "v.cols() = 5");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, random_matrix(6, 4, 3), random_matrix(3, 4, 4),
+                                            2, 2, {}, posenc::no_position{}, ng),
+      "v.rows() = 6");
 }

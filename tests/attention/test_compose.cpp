@@ -1,9 +1,8 @@
 // Rotary and absolute encodings composed with the kernel in one call: equal to rotating /
 // adding by hand first, relative-only for RoPE, gradients by finite differences.
 
-#include <posenc/attention.hpp>
-
 #include <functional>
+#include <posenc/attention.hpp>
 
 #include "attention_support.hpp"
 #include "support/catch.hpp"
@@ -25,7 +24,8 @@ TEST_CASE("rotary inside the kernel equals rotating Q and K first", "[compose][r
   opt.mask.causal = true;
   opt.q_offset = off;
   const posenc::rotary_policy policy(posenc::rotary_embedding<double>(d, -1, 500.0));
-  CHECK(max_abs_diff(posenc::attention(q, k, v, opt, policy), posenc::attention(qr, kr, v, opt)) < 1e-14);
+  CHECK(max_abs_diff(posenc::attention(q, k, v, opt, policy), posenc::attention(qr, kr, v, opt)) <
+        1e-14);
   // float inputs too.
   const rmat<float> outf = posenc::attention(q.cast<float>().eval(), k.cast<float>().eval(),
                                              v.cast<float>().eval(), opt, policy);
@@ -40,14 +40,16 @@ TEST_CASE("rotary inside the kernel at a far query offset allocates no table up 
   // q_offset 2^40: the policy used to reserve cos/sin rows for every position up to the
   // offset (2^40 rows); past the cache limit they are computed on the fly.
   const Index lq = 3, lk = 5, d = 8, off = Index(1) << 40;
-  const auto q = random_matrix(lq, d, 11), k = random_matrix(lk, d, 12), v = random_matrix(lk, 2, 13);
+  const auto q = random_matrix(lq, d, 11), k = random_matrix(lk, d, 12),
+             v = random_matrix(lk, 2, 13);
   posenc::rotary_embedding<double> rope(d);
   const rmat<double> qr = rope.rotated(q, off, posenc::rope_role::query);
   const rmat<double> kr = rope.rotated(k, Index(0), posenc::rope_role::key);
   posenc::attention_options opt;
   opt.q_offset = off;
   const posenc::rotary_policy policy(d);
-  CHECK(max_abs_diff(posenc::attention(q, k, v, opt, policy), posenc::attention(qr, kr, v, opt)) < 1e-14);
+  CHECK(max_abs_diff(posenc::attention(q, k, v, opt, policy), posenc::attention(qr, kr, v, opt)) <
+        1e-14);
   CHECK(policy.embedding().cache().size() <= policy.embedding().options().cache_limit);
 }
 
@@ -64,7 +66,8 @@ TEST_CASE("RoPE attention logits depend only on j - i", "[compose][rotary][prope
     posenc::attention_options opt;
     opt.q_offset = shift + n - 1;
     opt.mask.additive = rmat<double>::Zero(1, shift + n);
-    for (Index j = 0; j < shift; ++j) opt.mask.additive(0, j) = -std::numeric_limits<double>::infinity();
+    for (Index j = 0; j < shift; ++j)
+      opt.mask.additive(0, j) = -std::numeric_limits<double>::infinity();
     rmat<double> w;
     posenc::attention_with_weights(qv, k, vv, w, opt, policy);
     return rmat<double>(w.rightCols(n));
@@ -83,15 +86,18 @@ TEST_CASE("rotary and absolute break permutation equivariance", "[compose][prope
   const rmat<double> px = P * x;
   const posenc::rotary_policy rope(d);
   const posenc::absolute_policy abs(random_matrix(L, d, 8));
-  const rmat<double> a = posenc::attention(px, px, px, {}, rope), b = P * posenc::attention(x, x, x, {}, rope);
+  const rmat<double> a = posenc::attention(px, px, px, {}, rope),
+                     b = P * posenc::attention(x, x, x, {}, rope);
   CHECK(max_abs_diff(a, b) > 1e-3);
-  const rmat<double> c = posenc::attention(px, px, px, {}, abs), e = P * posenc::attention(x, x, x, {}, abs);
+  const rmat<double> c = posenc::attention(px, px, px, {}, abs),
+                     e = P * posenc::attention(x, x, x, {}, abs);
   CHECK(max_abs_diff(c, e) > 1e-3);
 }
 
 TEST_CASE("absolute policy equals adding the table rows first", "[compose][absolute]") {
   const Index lq = 4, lk = 9, d = 5, off = 3;
-  const auto q = random_matrix(lq, d, 9), k = random_matrix(lk, d, 10), v = random_matrix(lk, 2, 11);
+  const auto q = random_matrix(lq, d, 9), k = random_matrix(lk, d, 10),
+             v = random_matrix(lk, 2, 11);
   const auto table = random_matrix(12, d, 12);
   posenc::attention_options opt;
   opt.q_offset = off;
@@ -99,10 +105,11 @@ TEST_CASE("absolute policy equals adding the table rows first", "[compose][absol
   CHECK(max_abs_diff(posenc::attention(q, k, v, opt, posenc::absolute_policy(table)),
                      posenc::attention(qa, ka, v, opt)) < 1e-14);
   opt.q_offset = 9;
-  POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, opt, posenc::absolute_policy(table)), "max position + 1 = 13");
+  POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, opt, posenc::absolute_policy(table)),
+                       "max position + 1 = 13");
   opt.q_offset = 0;
-  POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, opt, posenc::absolute_policy(random_matrix(12, 4, 1))),
-                       "dim = 5");
+  POSENC_REQUIRE_ERROR(
+      posenc::attention(q, k, v, opt, posenc::absolute_policy(random_matrix(12, 4, 1))), "dim = 5");
   POSENC_REQUIRE_ERROR(posenc::absolute_policy(rmat<double>(0, 5)), "table.rows() = 0");
   rmat<double> bad = table;
   bad(1, 1) = std::numeric_limits<double>::infinity();
@@ -116,7 +123,8 @@ TEST_CASE("absolute policy equals adding the table rows first", "[compose][absol
 
 TEST_CASE("rotary and absolute backward match finite differences", "[compose][backward]") {
   const Index lq = 4, lk = 7, d = 6, dv = 3;
-  rmat<double> q = random_matrix(lq, d, 21), k = random_matrix(lk, d, 22), v = random_matrix(lk, dv, 23);
+  rmat<double> q = random_matrix(lq, d, 21), k = random_matrix(lk, d, 22),
+               v = random_matrix(lk, dv, 23);
   const rmat<double> w = random_matrix(lq, dv, 24);
   posenc::attention_options opt;
   opt.mask.causal = true;
@@ -135,7 +143,9 @@ TEST_CASE("rotary and absolute backward match finite differences", "[compose][ba
     const posenc::absolute_policy abs(table);
     auto grad = abs.zero_gradient();
     const auto g = posenc::attention_backward(q, k, v, w, opt, abs, grad);
-    auto loss = [&] { return posenc::attention(q, k, v, opt, posenc::absolute_policy(table)).cwiseProduct(w).sum(); };
+    auto loss = [&] {
+      return posenc::attention(q, k, v, opt, posenc::absolute_policy(table)).cwiseProduct(w).sum();
+    };
     CHECK(max_abs_diff(g.dq, numeric_grad(q, loss)) < 1e-8);
     CHECK(max_abs_diff(g.dk, numeric_grad(k, loss)) < 1e-8);
     CHECK(max_abs_diff(grad.table, numeric_grad(table, loss)) < 1e-8);

@@ -2,16 +2,15 @@
 // the numpy goldens) on every scheme and mask, odd sizes, GQA, decode, threads,
 // storage types, every compiled backend, and its error paths.
 
-#include <posenc/attention/flash.hpp>
-#include <posenc/attention/rotary_policy.hpp>
-#include <posenc/attention/absolute_policy.hpp>
-#include <posenc/encoding/alibi.hpp>
-#include <posenc/encoding/shaw.hpp>
-#include <posenc/encoding/t5_bias.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <posenc/attention/absolute_policy.hpp>
+#include <posenc/attention/flash.hpp>
+#include <posenc/attention/rotary_policy.hpp>
+#include <posenc/encoding/alibi.hpp>
+#include <posenc/encoding/shaw.hpp>
+#include <posenc/encoding/t5_bias.hpp>
 #include <string>
 #include <vector>
 
@@ -53,8 +52,12 @@ struct problem {
   auto qv() const { return posenc::view_bshd(q.data(), z.batch, z.len_q, z.heads, z.dim); }
   auto kv() const { return posenc::view_bshd(k.data(), z.batch, z.len_k, z.kv_heads, z.dim); }
   auto vv() const { return posenc::view_bshd(v.data(), z.batch, z.len_k, z.kv_heads, z.dim_v); }
-  rmat<T> empty_out() const { return rmat<T>::Constant(z.batch * z.len_q, z.heads * z.dim_v, T(7)); }
-  auto ov(rmat<T>& o) const { return posenc::view_bshd(o.data(), z.batch, z.len_q, z.heads, z.dim_v); }
+  rmat<T> empty_out() const {
+    return rmat<T>::Constant(z.batch * z.len_q, z.heads * z.dim_v, T(7));
+  }
+  auto ov(rmat<T>& o) const {
+    return posenc::view_bshd(o.data(), z.batch, z.len_q, z.heads, z.dim_v);
+  }
 };
 
 template <class Backend = posenc::default_backend, class T, class Policy>
@@ -67,7 +70,8 @@ rmat<T> run_flash(const problem<T>& p, const posenc::attention_options& opt, con
 }
 
 template <class T, class Policy>
-rmat<T> run_reference(const problem<T>& p, const posenc::attention_options& opt, const Policy& pol) {
+rmat<T> run_reference(const problem<T>& p, const posenc::attention_options& opt,
+                      const Policy& pol) {
   rmat<T> out = p.empty_out();
   posenc::multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt, pol);
   return out;
@@ -78,7 +82,9 @@ struct ramp_bias : posenc::policy_base {
   static constexpr bool has_bias = true;
   struct head_type : posenc::head_base {
     double slope = 0;
-    double bias(Index pos, Index j) const noexcept { return slope * std::sin(0.1 * double(pos - 2 * j)); }
+    double bias(Index pos, Index j) const noexcept {
+      return slope * std::sin(0.1 * double(pos - 2 * j));
+    }
   };
   head_type head(Index b, Index h, const posenc::attention_shape&) const {
     head_type t;
@@ -114,7 +120,8 @@ std::vector<std::pair<std::string, posenc::attention_options>> masks(const sizes
   c.q_offset = z.len_k - z.len_q > 0 ? z.len_k - z.len_q : 3;
   m.push_back({"causal+offset", c});
   posenc::attention_options pad;
-  for (Index b = 0; b < z.batch; ++b) pad.mask.key_lengths.push_back(b == 0 ? z.len_k : z.len_k / 3 + b);
+  for (Index b = 0; b < z.batch; ++b)
+    pad.mask.key_lengths.push_back(b == 0 ? z.len_k : z.len_k / 3 + b);
   pad.mask.causal = true;
   pad.q_offset = 5;
   m.push_back({"padding+causal+offset", pad});
@@ -133,7 +140,8 @@ std::vector<std::pair<std::string, posenc::attention_options>> masks(const sizes
 }
 
 template <class Policy>
-void check_parity(const sizes& z, const Policy& pol, const std::string& scheme, double scale = 0.0) {
+void check_parity(const sizes& z, const Policy& pol, const std::string& scheme,
+                  double scale = 0.0) {
   problem<float> p(z, 11 + static_cast<std::uint64_t>(z.dim));
   // T5 (scale 1) folds 1/sqrt(d) into its query projection's initialisation; unscaled
   // logits of this random data (std ~3 at d = 80) put float32 GEMM rounding at ~2e-6.
@@ -170,7 +178,8 @@ TEST_CASE("flash matches the numpy goldens of the reference attention", "[flash]
   check("alibi_causal", opt, posenc::alibi_policy(4).only_head(1));
   posenc::attention_options sym;
   sym.q_offset = 2;
-  check("alibi_symmetric", sym, posenc::alibi_policy(6, posenc::alibi_form::symmetric).only_head(5));
+  check("alibi_symmetric", sym,
+        posenc::alibi_policy(6, posenc::alibi_form::symmetric).only_head(5));
   const auto table = golden_matrix<double>("attention_t5_table.npy");
   posenc::attention_options t5;
   t5.scale = 1.0;
@@ -191,8 +200,9 @@ TEST_CASE("flash matches the numpy goldens of the reference attention", "[flash]
   const auto mq = golden_matrix<double>("attention_mh_q.npy");
   const auto mk = golden_matrix<double>("attention_mh_k.npy");
   const auto mv = golden_matrix<double>("attention_mh_v.npy");
-  CHECK(max_abs_diff(posenc::flash_multi_head_attention(mq, mk, mv, 4, 2, mh, posenc::alibi_policy(4)),
-                     golden_matrix<double>("attention_mh_out.npy")) < 1e-13);
+  CHECK(max_abs_diff(
+            posenc::flash_multi_head_attention(mq, mk, mv, 4, 2, mh, posenc::alibi_policy(4)),
+            golden_matrix<double>("attention_mh_out.npy")) < 1e-13);
 }
 
 TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)", "[flash]") {
@@ -201,7 +211,8 @@ TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)"
                          sizes{1, 3, 3, 65, 257, 96, 96}, sizes{2, 2, 2, 64, 512, 64, 64}}) {
     check_parity(z, posenc::no_position{}, "none");
     check_parity(z, posenc::alibi_policy(z.heads), "alibi causal");
-    check_parity(z, posenc::alibi_policy(z.heads, posenc::alibi_form::symmetric), "alibi symmetric");
+    check_parity(z, posenc::alibi_policy(z.heads, posenc::alibi_form::symmetric),
+                 "alibi symmetric");
     const rmat<double> table = random_matrix(32, z.heads, 77);
     check_parity(z, posenc::t5_bias_policy(table, {32, 128, true}), "t5 bidirectional", 1.0);
     const rmat<double> table16 = random_matrix(16, z.heads, 78);
@@ -214,7 +225,8 @@ TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)"
     shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 5).cast<float>();
     shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 6).cast<float>();
     check_parity(z, shaw, "shaw symmetric");
-    posenc::shaw_relative<float> asym(posenc::shaw_clip::asymmetric(3, 40), z.dim, z.dim_v, z.heads);
+    posenc::shaw_relative<float> asym(posenc::shaw_clip::asymmetric(3, 40), z.dim, z.dim_v,
+                                      z.heads);
     asym.key_tables() = random_matrix(asym.rows() * z.heads, z.dim, 7).cast<float>();
     asym.value_tables() = random_matrix(asym.rows() * z.heads, z.dim_v, 8).cast<float>();
     check_parity(z, asym, "shaw asymmetric per head");
@@ -234,12 +246,14 @@ TEST_CASE("key transforms: one copy per key head for RoPE, per query head where 
     opt.mask.causal = true;
     opt.q_offset = z.len_k - z.len_q;
     INFO("Lq = " << z.len_q);
-    CHECK(rel_err(run_flash(p, opt, head_scaled_keys{}), run_reference(p, opt, head_scaled_keys{})) < 2e-6);
+    CHECK(rel_err(run_flash(p, opt, head_scaled_keys{}),
+                  run_reference(p, opt, head_scaled_keys{})) < 2e-6);
     CHECK(run_flash(p, opt, head_scaled_keys{}, 3) == run_flash(p, opt, head_scaled_keys{}, 1));
     const posenc::rotary_policy rope(z.dim);
     CHECK(rel_err(run_flash(p, opt, rope), run_reference(p, opt, rope)) < 2e-6);
   }
-  static_assert(head_scaled_keys::keys_per_query_head && !posenc::rotary_policy::keys_per_query_head &&
+  static_assert(head_scaled_keys::keys_per_query_head &&
+                !posenc::rotary_policy::keys_per_query_head &&
                 !posenc::absolute_policy::keys_per_query_head);
 }
 
@@ -279,8 +293,8 @@ TEST_CASE("a NaN logit gives a NaN row, as in the reference", "[flash]") {
     const rmat<float> got = run_flash(p, opt, posenc::no_position{});
     const rmat<float> want = run_reference(p, opt, posenc::no_position{});
     INFO("Lq = " << lq);
-    CHECK(got.row(bad).head(8).array().isNaN().all());   // head 0: NaN
-    CHECK(got.row(bad).tail(8).allFinite());             // head 1: untouched
+    CHECK(got.row(bad).head(8).array().isNaN().all());  // head 0: NaN
+    CHECK(got.row(bad).tail(8).allFinite());            // head 1: untouched
     CHECK(want.row(bad).head(8).array().isNaN().all());
     rmat<float> g = got, w = want;
     g.row(bad).head(8).setZero();
@@ -289,7 +303,8 @@ TEST_CASE("a NaN logit gives a NaN row, as in the reference", "[flash]") {
   }
 }
 
-TEST_CASE("decode: one query over a long cache splits the keys and merges exactly", "[flash][decode]") {
+TEST_CASE("decode: one query over a long cache splits the keys and merges exactly",
+          "[flash][decode]") {
   for (Index lq : {1, 3, 8}) {
     const sizes z{2, 4, 2, lq, 5000, 80, 64};
     const problem<float> p(z, 21);
@@ -298,8 +313,10 @@ TEST_CASE("decode: one query over a long cache splits the keys and merges exactl
     opt.q_offset = 4990 - lq;
     opt.mask.key_lengths = {5000, 2100};
     INFO("Lq = " << lq);
-    CHECK(rel_err(run_flash(p, opt, posenc::no_position{}), run_reference(p, opt, posenc::no_position{})) < 2e-6);
-    CHECK(rel_err(run_flash(p, opt, posenc::alibi_policy(4)), run_reference(p, opt, posenc::alibi_policy(4))) < 2e-6);
+    CHECK(rel_err(run_flash(p, opt, posenc::no_position{}),
+                  run_reference(p, opt, posenc::no_position{})) < 2e-6);
+    CHECK(rel_err(run_flash(p, opt, posenc::alibi_policy(4)),
+                  run_reference(p, opt, posenc::alibi_policy(4))) < 2e-6);
     posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(8), z.dim, z.dim_v);
     shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 5).cast<float>();
     shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 6).cast<float>();
@@ -341,7 +358,8 @@ TEST_CASE("threads give results identical to one thread", "[flash][threads]") {
     CHECK(run_flash(p, opt, posenc::alibi_policy(4), 2) == one);
     CHECK(run_flash(p, opt, posenc::alibi_policy(4), 5) == one);
     CHECK(run_flash(p, opt, posenc::alibi_policy(4), 0) == one);
-    CHECK(run_flash(p, opt, posenc::rotary_policy(z.dim), 3) == run_flash(p, opt, posenc::rotary_policy(z.dim), 1));
+    CHECK(run_flash(p, opt, posenc::rotary_policy(z.dim), 3) ==
+          run_flash(p, opt, posenc::rotary_policy(z.dim), 1));
   }
 }
 
@@ -360,16 +378,18 @@ TEST_CASE("views whose last axis is strided give the contiguous views' result", 
       return w;
     };
     const auto view = [&](float* data, Index len, Index heads, Index dim) {
-      return view4(data, {z.batch, len, heads, dim}, {2 * len * heads * dim, 2 * heads * dim, 2 * dim, 2});
+      return view4(data, {z.batch, len, heads, dim},
+                   {2 * len * heads * dim, 2 * heads * dim, 2 * dim, 2});
     };
     rmat<float> qs = spread(p.q), ks = spread(p.k), vs = spread(p.v);
     posenc::attention_options opt;
     opt.mask.causal = true;
     const auto both = [&](const auto& pol) {
       rmat<float> out = rmat<float>::Constant(z.batch * z.len_q, 2 * z.heads * z.dim_v, 9.0f);
-      posenc::flash_multi_head_attention(
-          view(qs.data(), z.len_q, z.heads, z.dim), view(ks.data(), z.len_k, z.kv_heads, z.dim),
-          view(vs.data(), z.len_k, z.kv_heads, z.dim_v), view(out.data(), z.len_q, z.heads, z.dim_v), opt, pol);
+      posenc::flash_multi_head_attention(view(qs.data(), z.len_q, z.heads, z.dim),
+                                         view(ks.data(), z.len_k, z.kv_heads, z.dim),
+                                         view(vs.data(), z.len_k, z.kv_heads, z.dim_v),
+                                         view(out.data(), z.len_q, z.heads, z.dim_v), opt, pol);
       const rmat<float> want = run_flash(p, opt, pol);
       for (Index c = 0; c < want.cols(); ++c) {
         CHECK(out.col(2 * c) == want.col(c));
@@ -400,7 +420,8 @@ TEST_CASE("every compiled backend gives the scalar backend's result", "[flash][b
   SUCCEED("SIMD backends compared: " << ran);
 }
 
-TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinities", "[flash][backend]") {
+TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinities",
+          "[flash][backend]") {
   // The SIMD tags' lane kernel (avx2, avx512, neon: one query row per lane) takes plain,
   // rotary, absolute, ALiBi and T5 calls with causal / key_lengths masks: blocks that are
   // not whole vectors of rows, key tiles that are not whole register tiles, tiny and wide
@@ -418,12 +439,14 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
         CHECK(rel_err(got, run_reference(p, opt, posenc::no_position{})) < 2e-6);
         // against the portable kernel: the documented tolerance, not bit identity (the
         // lane kernel sums the products in another order and has its own exp)
-        const rmat<float> portable = run_flash<posenc::backend::scalar>(p, opt, posenc::no_position{});
+        const rmat<float> portable =
+            run_flash<posenc::backend::scalar>(p, opt, posenc::no_position{});
         CHECK(rel_err(got, portable) < 2e-6);
         // and the lane kernel did run where it should: its rounding differs somewhere (a
         // silent fallback to the portable kernel would be bit-identical)
         if (z.len_q > 8 && z.len_k >= 200 && name != "bool+additive") CHECK_FALSE(got == portable);
-        CHECK(run_flash<B>(p, opt, posenc::no_position{}, 3) == run_flash<B>(p, opt, posenc::no_position{}, 1));
+        CHECK(run_flash<B>(p, opt, posenc::no_position{}, 3) ==
+              run_flash<B>(p, opt, posenc::no_position{}, 1));
         for (auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric}) {
           const posenc::alibi_policy alibi(z.heads, form);
           CHECK(rel_err(run_flash<B>(p, opt, alibi), run_reference(p, opt, alibi)) < 2e-6);
@@ -440,7 +463,8 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
       const sizes z{1, 1, 1, 9, 32768, 128, 128};
       const problem<float> p(z, 13);
       INFO(B::name() << " over 32768 keys");
-      CHECK(rel_err(run_flash<B>(p, {}, posenc::no_position{}), run_reference(p, {}, posenc::no_position{})) < 2e-6);
+      CHECK(rel_err(run_flash<B>(p, {}, posenc::no_position{}),
+                    run_reference(p, {}, posenc::no_position{})) < 2e-6);
     }
     // Query positions next to INT64_MAX: the per-lane ALiBi and T5 offsets stay in range.
     {
@@ -481,18 +505,19 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
     const sizes z{1, 1, 1, 40, 300, 16, 8};
     problem<float> p(z, 99);
     const float inf = std::numeric_limits<float>::infinity();
-    p.q(3, 0) = inf;                 // +inf and -inf logits in row 3
-    p.k(100, 0) = -inf;              // key 100: infinite logits for every row
-    p.q.row(7).setConstant(0.0f);    // row 7: 0 · inf = NaN at key 100 only
-    p.k.row(120).setConstant(inf);   // key 120: +inf or -inf logits for rows 30..39
+    p.q(3, 0) = inf;                // +inf and -inf logits in row 3
+    p.k(100, 0) = -inf;             // key 100: infinite logits for every row
+    p.q.row(7).setConstant(0.0f);   // row 7: 0 · inf = NaN at key 100 only
+    p.k.row(120).setConstant(inf);  // key 120: +inf or -inf logits for rows 30..39
     posenc::attention_options opt;
     opt.mask.causal = true;
-    opt.q_offset = 90;               // rows 0..9 see keys < 100 only: finite but row 3
+    opt.q_offset = 90;  // rows 0..9 see keys < 100 only: finite but row 3
     const rmat<float> got = run_flash<B>(p, opt, posenc::no_position{});
     const rmat<float> want = run_reference(p, opt, posenc::no_position{});
     INFO(B::name() << " with infinite inputs");
     CHECK((got.array().isNaN() == want.array().isNaN()).all());
-    const rmat<float> gf = got.array().isNaN().select(0.0f, got), wf = want.array().isNaN().select(0.0f, want);
+    const rmat<float> gf = got.array().isNaN().select(0.0f, got),
+                      wf = want.array().isNaN().select(0.0f, want);
     CHECK(rel_err(gf, wf) < 2e-6);
     CHECK(got.topRows(3).allFinite());
     CHECK(got.middleRows(4, 6).allFinite());
@@ -537,7 +562,8 @@ TEST_CASE("half and bfloat16 storage compute in float", "[flash][storage]") {
   check(Eigen::bfloat16(), 8e-3);
 }
 
-TEST_CASE("half and bfloat16 inputs give the float result of the same values", "[flash][storage][decode]") {
+TEST_CASE("half and bfloat16 inputs give the float result of the same values",
+          "[flash][storage][decode]") {
   // 16-bit keys and values are widened exactly (whole heads before a prefill, row by row
   // as decode visits them) and run through the same tiles as float, so the output is the
   // float output of the widened inputs, rounded once: bit for bit, on every backend and
@@ -594,8 +620,9 @@ TEST_CASE("flash rejects bad input with posenc::error", "[flash][errors]") {
                                                           posenc::no_position{}, cfg),
                        "threads = -1");
   const problem<float> bad(sizes{1, 4, 3, 5, 6, 8, 8}, 81);
-  POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(bad.qv(), bad.kv(), bad.vv(), bad.ov(out)),
-                       "kv_heads = 3");
+  POSENC_REQUIRE_ERROR(
+      posenc::flash_multi_head_attention(bad.qv(), bad.kv(), bad.vv(), bad.ov(out)),
+      "kv_heads = 3");
   posenc::attention_options opt;
   opt.q_offset = -2;
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
@@ -625,7 +652,8 @@ TEST_CASE("flash rejects bad input with posenc::error", "[flash][errors]") {
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), {},
                                                           posenc::rotary_policy(6)),
                        "dim = 8");
-  const rmat<float> q = random_matrix(4, 8, 1).cast<float>(), k = random_matrix(5, 6, 2).cast<float>();
+  const rmat<float> q = random_matrix(4, 8, 1).cast<float>(),
+                    k = random_matrix(5, 6, 2).cast<float>();
   POSENC_REQUIRE_ERROR(posenc::flash_attention(q, k, k), "k.cols() = 6");
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, q, 3, 1), "q.cols() = 8");
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, q, 2, 0), "kv_heads = 0");

@@ -1,11 +1,10 @@
 // Shaw et al. (2018) relative position representations as an attention policy:
 // goldens from tests/reference/relative.py, properties, errors.
 
+#include <limits>
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/multi_head.hpp>
 #include <posenc/encoding/shaw.hpp>
-
-#include <limits>
 #include <random>
 #include <string>
 
@@ -111,8 +110,8 @@ TEST_CASE("shaw attention matches the numpy reference (eqs. 3-4)", "[attention][
     s.dim_v = v.cols();
     s.q_offset = c.q_offset;
     const dmat score = posenc::materialize_score(shaw, 0, 0, s, q);
-    CHECK(posenc_test::max_abs_diff(score, direct_scores(q, k.rows(), g(name, "ak"), c.clip,
-                                                         c.q_offset)) < 1e-13);
+    CHECK(posenc_test::max_abs_diff(
+              score, direct_scores(q, k.rows(), g(name, "ak"), c.clip, c.q_offset)) < 1e-13);
   }
 }
 
@@ -250,7 +249,8 @@ TEST_CASE("shaw at query positions near the largest Index (no overflow in the wi
   posenc::shaw_relative<double> shaw(posenc::shaw_clip::asymmetric(3, 1000), 4, 2);
   shaw.key_tables() = normal_matrix(shaw.rows(), 4, gen);
   shaw.value_tables() = normal_matrix(shaw.rows(), 2, gen);
-  const dmat q = normal_matrix(2, 4, gen), k = normal_matrix(5, 4, gen), v = normal_matrix(5, 2, gen);
+  const dmat q = normal_matrix(2, 4, gen), k = normal_matrix(5, 4, gen),
+             v = normal_matrix(5, 2, gen);
   posenc::attention_options far, near;
   far.q_offset = std::numeric_limits<Index>::max() - 2;
   near.q_offset = 100;  // also past every key by more than left = 3
@@ -266,7 +266,8 @@ TEST_CASE("shaw errors name the parameter and its value", "[attention][shaw][err
   POSENC_REQUIRE_ERROR(posenc::shaw_clip::symmetric(std::numeric_limits<Index>::max()),
                        "k = 9223372036854775807");
   POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(Index(1) << 32, 1), "left = 4294967296");
-  POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(1, (Index(1) << 31) + 1), "right = 2147483649");
+  POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(1, (Index(1) << 31) + 1),
+                       "right = 2147483649");
   POSENC_REQUIRE_ERROR((posenc::shaw_relative<double>(posenc::shaw_clip{-1, 0}, 2, 2)),
                        "left = -1");
   const auto clip = posenc::shaw_clip::symmetric(1);
@@ -278,9 +279,8 @@ TEST_CASE("shaw errors name the parameter and its value", "[attention][shaw][err
   POSENC_REQUIRE_ERROR(shaw.key_table(2), "table = 2");
   POSENC_REQUIRE_ERROR(shaw.value_table(-1), "table = -1");
   const dmat q = dmat::Ones(3, 2), k = dmat::Ones(4, 2), v = dmat::Ones(4, 3);
-  POSENC_REQUIRE_ERROR(posenc::attention(dmat(dmat::Ones(3, 4)), dmat(dmat::Ones(4, 4)), v, {},
-                                         shaw),
-                       "dim = 4");
+  POSENC_REQUIRE_ERROR(
+      posenc::attention(dmat(dmat::Ones(3, 4)), dmat(dmat::Ones(4, 4)), v, {}, shaw), "dim = 4");
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, dmat(dmat::Ones(4, 5)), {}, shaw), "dim_v = 5");
   // Two table sets need two heads.
   POSENC_REQUIRE_ERROR(posenc::multi_head_attention(dmat(dmat::Ones(3, 6)), dmat(dmat::Ones(4, 6)),

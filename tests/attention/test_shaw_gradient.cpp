@@ -4,7 +4,6 @@
 #include <posenc/attention/backward.hpp>
 #include <posenc/attention/multi_head.hpp>
 #include <posenc/encoding/shaw.hpp>
-
 #include <random>
 #include <string>
 
@@ -33,8 +32,9 @@ TEST_CASE("shaw gradients match the numpy reference", "[attention][shaw][gradien
     bool causal;
     Index q_offset;
   };
-  for (const golden_case& c : {golden_case{"shaw_sym", posenc::shaw_clip::symmetric(2), false, 0},
-                               golden_case{"shaw_asym", posenc::shaw_clip::asymmetric(3, 1), true, 2}}) {
+  for (const golden_case& c :
+       {golden_case{"shaw_sym", posenc::shaw_clip::symmetric(2), false, 0},
+        golden_case{"shaw_asym", posenc::shaw_clip::asymmetric(3, 1), true, 2}}) {
     INFO(c.name);
     const dmat q = g(c.name, "q"), k = g(c.name, "k"), v = g(c.name, "v");
     posenc::shaw_relative<double> shaw(c.clip, q.cols(), v.cols());
@@ -53,8 +53,7 @@ TEST_CASE("shaw gradients match the numpy reference", "[attention][shaw][gradien
   }
 }
 
-TEST_CASE("shaw table gradients agree with finite differences",
-          "[attention][shaw][gradient]") {
+TEST_CASE("shaw table gradients agree with finite differences", "[attention][shaw][gradient]") {
   std::mt19937 gen(31);
   const Index lq = 5, lk = 8, heads = 4, kv_heads = 2, d = 3, dv = 2;
   const auto clip = posenc::shaw_clip::asymmetric(2, 1);
@@ -71,10 +70,13 @@ TEST_CASE("shaw table gradients agree with finite differences",
       opt.mask.causal = causal;
       opt.q_offset = 3;
       auto grad = shaw.zero_gradient();
-      const auto d_in = posenc::multi_head_attention_backward(q, k, v, dout, heads, kv_heads, opt,
-                                                              shaw, grad);
-      const auto f = [&] { return posenc::multi_head_attention(q, k, v, heads, kv_heads, opt, shaw); };
-      CHECK(posenc_test::max_abs_diff(grad.key, numeric_gradient(shaw.key_tables(), dout, f)) < 1e-8);
+      const auto d_in =
+          posenc::multi_head_attention_backward(q, k, v, dout, heads, kv_heads, opt, shaw, grad);
+      const auto f = [&] {
+        return posenc::multi_head_attention(q, k, v, heads, kv_heads, opt, shaw);
+      };
+      CHECK(posenc_test::max_abs_diff(grad.key, numeric_gradient(shaw.key_tables(), dout, f)) <
+            1e-8);
       CHECK(posenc_test::max_abs_diff(grad.value, numeric_gradient(shaw.value_tables(), dout, f)) <
             1e-8);
       CHECK(posenc_test::max_abs_diff(d_in.dq, numeric_gradient(q, dout, f)) < 1e-8);

@@ -2,11 +2,10 @@
 // direct O(L^2) formulation, goldens from tests/reference/relative.py, segment memory,
 // properties, errors.
 
+#include <limits>
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/multi_head.hpp>
 #include <posenc/encoding/transformer_xl.hpp>
-
-#include <limits>
 #include <random>
 #include <string>
 
@@ -52,7 +51,7 @@ dmat direct_position_scores(const posenc::transformer_xl_relative<double>& xl, I
 }
 
 posenc::transformer_xl_relative<double> random_policy(Index heads, Index d, Index d_r,
-                                                       std::mt19937& gen) {
+                                                      std::mt19937& gen) {
   posenc::transformer_xl_relative<double> xl(heads, d, d_r);
   xl.u() = normal_matrix(heads, d, gen);
   xl.v() = normal_matrix(heads, d, gen);
@@ -112,7 +111,8 @@ TEST_CASE("position terms via rel_shift, the policy and the direct formulation a
       const dmat q = normal_matrix(lq, d, gen);
       const dmat direct = direct_position_scores(xl, h, q, lk, mem);
       // Paper form: (Q + v) P^T over distances Lk-1 .. 0, then rel_shift (causal region).
-      const dmat bd_raw = (q.rowwise() + xl.v().row(h)) * xl.position_keys(h, lk - 1, lk).transpose();
+      const dmat bd_raw =
+          (q.rowwise() + xl.v().row(h)) * xl.position_keys(h, lk - 1, lk).transpose();
       const dmat bd = posenc::rel_shift(bd_raw);
       for (Index i = 0; i < lq; ++i)
         for (Index j = 0; j <= mem + i; ++j) CHECK(std::abs(bd(i, j) - direct(i, j)) < 1e-12);
@@ -182,9 +182,9 @@ TEST_CASE("transformer-xl decoding token by token equals one causal pass (sinuso
   xl.clear_cache();
   Index grown = 0, last_hi = 0;
   for (Index t = 0; t < l; ++t) {
-    const dmat step = posenc::multi_head_attention(dmat(q.row(t)), dmat(k.topRows(t + 1)),
-                                                   dmat(v.topRows(t + 1)), heads, heads,
-                                                   options(true, t), xl);
+    const dmat step =
+        posenc::multi_head_attention(dmat(q.row(t)), dmat(k.topRows(t + 1)), dmat(v.topRows(t + 1)),
+                                     heads, heads, options(true, t), xl);
     CHECK(posenc_test::max_abs_diff(step, full.row(t)) < 1e-12);
     const auto range = xl.cached_distances();
     CHECK(range.first >= t);  // covers distances t .. 0
@@ -257,8 +257,9 @@ TEST_CASE("transformer-xl with memory equals the full computation over [memory; 
       const dmat qs = q.middleRows(s * seg, seg), ks = k.middleRows(s * seg, seg),
                  vs = v.middleRows(s * seg, seg);
       CHECK(mem.q_offset() == s * seg);
-      const dmat out = posenc::multi_head_attention(qs, mem.keys_with(ks), mem.values_with(vs),
-                                                    heads, heads, options(true, mem.q_offset()), xl);
+      const dmat out =
+          posenc::multi_head_attention(qs, mem.keys_with(ks), mem.values_with(vs), heads, heads,
+                                       options(true, mem.q_offset()), xl);
       CHECK(posenc_test::max_abs_diff(out, full.middleRows(s * seg, seg)) < 1e-12);
       mem.update(ks, vs);
     }
@@ -272,8 +273,9 @@ TEST_CASE("transformer-xl with memory equals the full computation over [memory; 
     for (Index s = 0; s < segments; ++s) {
       const dmat qs = q.middleRows(s * seg, seg), ks = k.middleRows(s * seg, seg),
                  vs = v.middleRows(s * seg, seg);
-      const dmat out = posenc::multi_head_attention(qs, mem.keys_with(ks), mem.values_with(vs),
-                                                    heads, heads, options(true, mem.q_offset()), xl);
+      const dmat out =
+          posenc::multi_head_attention(qs, mem.keys_with(ks), mem.values_with(vs), heads, heads,
+                                       options(true, mem.q_offset()), xl);
       const Index first_key = s * seg - mem.size();
       auto opt = options(true, s * seg);
       opt.mask.allowed = posenc::bool_mask::Constant(seg, total, true);
@@ -282,7 +284,8 @@ TEST_CASE("transformer-xl with memory equals the full computation over [memory; 
       CHECK(posenc_test::max_abs_diff(out, ref) < 1e-12);
       mem.update(ks, vs);
       CHECK(mem.size() == std::min(mem_len, (s + 1) * seg));
-      CHECK(posenc_test::max_abs_diff(mem.keys(), k.middleRows((s + 1) * seg - mem.size(), mem.size())) == 0.0);
+      CHECK(posenc_test::max_abs_diff(mem.keys(),
+                                      k.middleRows((s + 1) * seg - mem.size(), mem.size())) == 0.0);
     }
     mem.clear();
     CHECK(mem.size() == 0);
@@ -290,8 +293,7 @@ TEST_CASE("transformer-xl with memory equals the full computation over [memory; 
   }
 }
 
-TEST_CASE("transformer-xl depends on positions only through i - j",
-          "[attention][txl][property]") {
+TEST_CASE("transformer-xl depends on positions only through i - j", "[attention][txl][property]") {
   std::mt19937 gen(24);
   const Index lq = 5, lk = 7, d = 4, offset = 2, shift = 5;
   const auto xl = random_policy(1, d, 0, gen);
@@ -309,8 +311,7 @@ TEST_CASE("transformer-xl depends on positions only through i - j",
   }
 }
 
-TEST_CASE("transformer-xl attention is not permutation-equivariant",
-          "[attention][txl][property]") {
+TEST_CASE("transformer-xl attention is not permutation-equivariant", "[attention][txl][property]") {
   std::mt19937 gen(25);
   const Index l = 7, d = 4;
   const dmat q = normal_matrix(l, d, gen), k = normal_matrix(l, d, gen),
@@ -334,15 +335,18 @@ TEST_CASE("transformer-xl attention is not permutation-equivariant",
   CHECK(posenc_test::max_abs_diff(a, b) > 1e-3);
 }
 
-TEST_CASE("transformer-xl sinusoid cache after a far jump stays small", "[attention][txl][memory]") {
+TEST_CASE("transformer-xl sinusoid cache after a far jump stays small",
+          "[attention][txl][memory]") {
   // A call at a far offset then one near 0 (or the reverse) must not cache every distance
   // in between (that was 2^40 rows: an allocation failure).
   std::mt19937 gen(33);
   const Index heads = 1, d = 4;
   const auto xl = random_policy(heads, d, 6, gen);
-  const dmat q = normal_matrix(3, d, gen), k = normal_matrix(5, d, gen), v = normal_matrix(5, d, gen);
+  const dmat q = normal_matrix(3, d, gen), k = normal_matrix(5, d, gen),
+             v = normal_matrix(5, d, gen);
   xl.clear_cache();
-  const dmat far = posenc::multi_head_attention(q, k, v, heads, heads, options(false, Index(1) << 40), xl);
+  const dmat far =
+      posenc::multi_head_attention(q, k, v, heads, heads, options(false, Index(1) << 40), xl);
   const dmat near = posenc::multi_head_attention(q, k, v, heads, heads, options(true, 2), xl);
   const auto range = xl.cached_distances();
   CHECK(range.first - range.second < 1000);
@@ -353,8 +357,9 @@ TEST_CASE("transformer-xl sinusoid cache after a far jump stays small", "[attent
   CHECK(posenc_test::max_abs_diff(near, posenc::multi_head_attention(q, k, v, heads, heads,
                                                                      options(true, 2), xl)) == 0.0);
   xl.clear_cache();
-  CHECK(posenc_test::max_abs_diff(far, posenc::multi_head_attention(q, k, v, heads, heads,
-                                                                    options(false, Index(1) << 40), xl)) == 0.0);
+  CHECK(posenc_test::max_abs_diff(
+            far, posenc::multi_head_attention(q, k, v, heads, heads, options(false, Index(1) << 40),
+                                              xl)) == 0.0);
 }
 
 TEST_CASE("transformer-xl errors name the parameter and its value", "[attention][txl][error]") {
@@ -394,9 +399,11 @@ TEST_CASE("transformer-xl errors name the parameter and its value", "[attention]
   // Distances must stay exact in double (and the cache arithmetic far from overflow).
   posenc::attention_options far;
   far.q_offset = (Index(1) << 53) - 2;  // Lq = 3: the last query sits at 2^53
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, k, 2, 2, far, xl), "q_offset = 9007199254740990");
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, k, 2, 2, far, xl),
+                       "q_offset = 9007199254740990");
   far.q_offset = std::numeric_limits<Index>::max() - 3;
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, k, 2, 2, far, xl), "q_offset = 9223372036854775804");
+  POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, k, 2, 2, far, xl),
+                       "q_offset = 9223372036854775804");
 
   POSENC_REQUIRE_ERROR(posenc::txl_memory<double>(-1, 4, 4), "mem_len = -1");
   POSENC_REQUIRE_ERROR(posenc::txl_memory<double>(2, 0, 4), "dim_k = 0");

@@ -4,7 +4,6 @@
 #include <posenc/attention/backward.hpp>
 #include <posenc/attention/multi_head.hpp>
 #include <posenc/encoding/transformer_xl.hpp>
-
 #include <random>
 #include <string>
 
@@ -38,8 +37,8 @@ TEST_CASE("transformer-xl gradients match the numpy reference",
     opt.mask.causal = true;
     opt.q_offset = 3;
     auto grad = xl.zero_gradient();
-    const auto d = posenc::multi_head_attention_backward(q, k, v, g("mem", "dout"), 2, 2, opt, xl,
-                                                         grad);
+    const auto d =
+        posenc::multi_head_attention_backward(q, k, v, g("mem", "dout"), 2, 2, opt, xl, grad);
     CHECK(posenc_test::max_abs_diff(d.dq, g("mem", "dq")) < 1e-12);
     CHECK(posenc_test::max_abs_diff(d.dk, g("mem", "dk")) < 1e-12);
     CHECK(posenc_test::max_abs_diff(d.dv, g("mem", "dv")) < 1e-12);
@@ -83,7 +82,9 @@ TEST_CASE("transformer-xl u, v, W_R gradients agree with finite differences",
       auto grad = xl.zero_gradient();
       const auto d_in =
           posenc::multi_head_attention_backward(q, k, v, dout, heads, kv_heads, opt, xl, grad);
-      const auto f = [&] { return posenc::multi_head_attention(q, k, v, heads, kv_heads, opt, xl); };
+      const auto f = [&] {
+        return posenc::multi_head_attention(q, k, v, heads, kv_heads, opt, xl);
+      };
       CHECK(posenc_test::max_abs_diff(grad.u, numeric_gradient(xl.u(), dout, f)) < 1e-8);
       CHECK(posenc_test::max_abs_diff(grad.v, numeric_gradient(xl.v(), dout, f)) < 1e-8);
       if (d_r > 0) {
@@ -140,5 +141,6 @@ TEST_CASE("transformer-xl backward rejects a gradient of the wrong shape",
                        "gradient.w_r.rows() = 4");
   grad = xl.zero_gradient();
   grad.u.resize(2, 2);
-  POSENC_REQUIRE_ERROR(posenc::attention_backward(x, x, x, x, {}, xl, grad), "gradient.u.rows() = 2");
+  POSENC_REQUIRE_ERROR(posenc::attention_backward(x, x, x, x, {}, xl, grad),
+                       "gradient.u.rows() = 2");
 }

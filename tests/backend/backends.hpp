@@ -2,7 +2,6 @@
 // The SIMD backends this compilation enables, for tests that compare each against scalar.
 
 #include <posenc/core/backend.hpp>
-
 #include <random>
 #include <vector>
 

@@ -1,15 +1,14 @@
 // The packet layer on every compiled SIMD backend: partial memory access stays inside the
 // lanes asked for, arithmetic is IEEE (fmadd fused), the shuffles put lanes where documented.
-#include <posenc/backend/simd/avx2.hpp>
-#include <posenc/backend/simd/avx512.hpp>
-#include <posenc/backend/simd/neon.hpp>
-#include <posenc/attention/flash.hpp>  // the lane kernel's exp2_nonpositive
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <posenc/attention/flash.hpp>  // the lane kernel's exp2_nonpositive
+#include <posenc/backend/simd/avx2.hpp>
+#include <posenc/backend/simd/avx512.hpp>
+#include <posenc/backend/simd/neon.hpp>
 #include <vector>
 
 #include "backends.hpp"
@@ -60,7 +59,8 @@ void check_packet_ops() {
   for (int i = 0; i < W; ++i) CHECK(out[i] == std::fma(a[i], b[i], c[i]));
   fnmadd(pa, pb, P::broadcast(T(1))).store(out);
   for (int i = 0; i < W; ++i) CHECK(out[i] == std::fma(-a[i], b[i], T(1)));
-  CHECK(std::fma(a[W - 1], b[W - 1], c[W - 1]) != a[W - 1] * b[W - 1] + c[W - 1]);  // the test bites
+  CHECK(std::fma(a[W - 1], b[W - 1], c[W - 1]) !=
+        a[W - 1] * b[W - 1] + c[W - 1]);  // the test bites
   P::zero().store(out);
   for (int i = 0; i < W; ++i) CHECK(out[i] == T(0));
 
@@ -93,7 +93,7 @@ void check_conversions() {
   INFO("backend " << B::name());
   double s[W], c[W];
   for (int i = 0; i < W; ++i) {
-    s[i] = 0.1 * (i + 1);     // not representable in float: rounding is exercised
+    s[i] = 0.1 * (i + 1);  // not representable in float: rounding is exercised
     c[i] = -1.0 / (i + 3.0);
   }
   double di[2 * W];
@@ -117,8 +117,10 @@ void check_softmax_ops() {
   using P = posenc::simd::packet<float, B>;
   constexpr int W = P::size;
   INFO("backend " << B::name());
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  const float pool[] = {-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f, -0.0f, 3.0f, nan, -inf, inf, 7.25f, -126.0f, 1e-3f, -3.7f, 0.0f};
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  const float pool[] = {-2.5f, -1.5f, -0.5f, 0.5f,  1.5f,    2.5f,  -0.0f, 3.0f,
+                        nan,   -inf,  inf,   7.25f, -126.0f, 1e-3f, -3.7f, 0.0f};
   float a[W], b[W], out[W];
   for (int start = 0; start < 16; start += W) {
     for (int i = 0; i < W; ++i) {
@@ -171,8 +173,9 @@ void check_lane_exp() {
   INFO("backend " << B::name());
   std::vector<float> x;
   for (int i = 0; i <= 200000; ++i) x.push_back(-126.0f * static_cast<float>(i) / 200000.0f);
-  for (float v : {-0.5f, -1.5f, -126.5f, -127.0f, -127.5f, -1e30f, -std::numeric_limits<float>::infinity(),
-                  0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()})
+  for (float v :
+       {-0.5f, -1.5f, -126.5f, -127.0f, -127.5f, -1e30f, -std::numeric_limits<float>::infinity(),
+        0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()})
     x.push_back(v);
   while (x.size() % W) x.push_back(0.0f);
   std::vector<float> y(x.size());
@@ -238,7 +241,8 @@ TEST_CASE("packets: transposes of squares and of the lane kernel's blocks",
   CHECK(tested == POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON);
 }
 
-TEST_CASE("packets: the lane softmax's comparisons, select, rounding and exp", "[backend][simd][packet]") {
+TEST_CASE("packets: the lane softmax's comparisons, select, rounding and exp",
+          "[backend][simd][packet]") {
   int tested = 0;
   posenc_test::for_each_simd_backend([&](auto tag) {
     using B = decltype(tag);

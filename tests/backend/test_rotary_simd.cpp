@@ -4,17 +4,15 @@
 // so it is checked bit for bit against that arithmetic written here with std::fma, and
 // within the documented bound of the scalar kernel, which rounds both products (this
 // target is built with -ffp-contract=off, so nothing here is fused but the std::fma calls).
-#include <posenc/backend/avx2/rotary.hpp>
-#include <posenc/backend/avx512/rotary.hpp>
-#include <posenc/backend/neon/rotary.hpp>
-#include <posenc/encoding/rotary/rotary.hpp>
-
-#include <posenc/backend/simd/lowp.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <posenc/backend/avx2/rotary.hpp>
+#include <posenc/backend/avx512/rotary.hpp>
+#include <posenc/backend/neon/rotary.hpp>
+#include <posenc/backend/simd/lowp.hpp>
+#include <posenc/encoding/rotary/rotary.hpp>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -110,7 +108,8 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
   be::rope_rotate(B{}, streaming);
   INFO(B::name() << (rc.interleaved ? " interleaved" : " half") << " D " << rc.head_dim << " r "
                  << rc.rotary_dim << " H " << rc.heads << " head stride " << hs << " dim stride "
-                 << ds << (in_place ? " in place" : " out of place") << (inverse ? " inverse" : ""));
+                 << ds << (in_place ? " in place" : " out of place")
+                 << (inverse ? " inverse" : ""));
   if (ds == 1) {
     // contiguous dims: the packet kernel, bit for bit its fused arithmetic
     fused_rope(token(xf, yf));
@@ -145,11 +144,11 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
 TEST_CASE("SIMD RoPE rotation: its fused arithmetic bit for bit, the scalar kernel within 3 eps",
           "[backend][simd][rotary]") {
   const rope_case cases[] = {
-      {128, 128, 32, false}, {128, 128, 3, true},  {128, 32, 4, false},  {128, 32, 4, true},
-      {64, 64, 2, false},    {72, 72, 3, false},   {72, 72, 3, true},    {80, 80, 2, false},
-      {96, 96, 2, true},     {256, 64, 2, true},   {2, 2, 5, false},     {2, 2, 5, true},
-      {10, 6, 3, false},     {10, 6, 3, true},     {34, 34, 1, false},   {34, 34, 1, true},
-      {128, 24, 2, false},   {130, 130, 2, true},   {1030, 1030, 2, true},  {1030, 1030, 2, false}};
+      {128, 128, 32, false}, {128, 128, 3, true}, {128, 32, 4, false},   {128, 32, 4, true},
+      {64, 64, 2, false},    {72, 72, 3, false},  {72, 72, 3, true},     {80, 80, 2, false},
+      {96, 96, 2, true},     {256, 64, 2, true},  {2, 2, 5, false},      {2, 2, 5, true},
+      {10, 6, 3, false},     {10, 6, 3, true},    {34, 34, 1, false},    {34, 34, 1, true},
+      {128, 24, 2, false},   {130, 130, 2, true}, {1030, 1030, 2, true}, {1030, 1030, 2, false}};
   int tested = 0;
   posenc_test::for_each_simd_backend([&](auto tag) {
     using B = decltype(tag);
@@ -159,14 +158,16 @@ TEST_CASE("SIMD RoPE rotation: its fused arithmetic bit for bit, the scalar kern
           compare_token<float, B>(rc, rc.head_dim, 1, in_place, inverse);
           compare_token<double, B>(rc, rc.head_dim, 1, in_place, inverse);
           compare_token<float, B>(rc, rc.head_dim + 3, 1, in_place, inverse);  // gaps between heads
-          compare_token<float, B>(rc, rc.head_dim, 2, in_place, inverse);      // strided dims: scalar path
+          compare_token<float, B>(rc, rc.head_dim, 2, in_place,
+                                  inverse);  // strided dims: scalar path
         }
     ++tested;
   });
   CHECK(tested == POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON);
 }
 
-TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend", "[backend][simd][rotary]") {
+TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend",
+          "[backend][simd][rotary]") {
   // [B, L, H, D] and [B, H, L, D] buffers, both pairings, partial rotary, cached and on
   // the fly, offsets far out: the entry point dispatches the token kernel per backend.
   // Values in [-1, 1), c^2 + s^2 = 1: within 3 eps of the scalar kernel (see above).
@@ -181,7 +182,8 @@ TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend",
           opt.cache = mode;
           posenc::rotary_embedding<float, B> fast(D, r, 10000.0, pairing, opt);
           posenc::rotary_embedding<float, be::scalar> ref(D, r, 10000.0, pairing, opt);
-          std::vector<float> a = posenc_test::random_values<float>(static_cast<std::size_t>(Bn * L * H * D), 3);
+          std::vector<float> a =
+              posenc_test::random_values<float>(static_cast<std::size_t>(Bn * L * H * D), 3);
           std::vector<float> b = a, c = a, d = a;
           // far positions only on the fly (a cache would hold every row up to them)
           const Index far = mode == posenc::rope_cache_mode::cached ? 1000 : 1'000'000;
@@ -200,7 +202,8 @@ TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend",
     for (auto pairing : {posenc::rope_pairing::half, posenc::rope_pairing::interleaved}) {
       posenc::rotary_embedding<float, B> fast(128, -1, 10000.0, pairing);
       posenc::rotary_embedding<float, be::scalar> ref(128, -1, 10000.0, pairing);
-      std::vector<float> a = posenc_test::random_values<float>(static_cast<std::size_t>(Lb * 8 * 128), 4);
+      std::vector<float> a =
+          posenc_test::random_values<float>(static_cast<std::size_t>(Lb * 8 * 128), 4);
       std::vector<float> b = a;
       fast.apply(posenc::view_bshd(a.data(), 1, Lb, 8, 128), Index{3});
       ref.apply(posenc::view_bshd(b.data(), 1, Lb, 8, 128), Index{3});
@@ -221,7 +224,8 @@ void emulate_angles(Index n, double w, double& c, double& s) {
   Index q = n / 64;
   if (n % 64 < 0) --q;
   const double P = static_cast<double>(q * 64), f = static_cast<double>(n - q * 64);
-  const double sP = std::sin(P * w), cP = std::cos(P * w), sf = std::sin(f * w), cf = std::cos(f * w);
+  const double sP = std::sin(P * w), cP = std::cos(P * w), sf = std::sin(f * w),
+               cf = std::cos(f * w);
   s = std::fma(sP, cf, cP * sf);
   c = std::fma(-sP, sf, cP * cf);
 }
@@ -241,12 +245,14 @@ TEST_CASE("SIMD RoPE cos/sin rows: angle addition bit for bit, libm rows within 
   // and the scalar backend's rows call libm per pair (detail::rope_row). Checked: the
   // documented arithmetic exactly (so avx2, avx512 and neon agree bit for bit), libm's float
   // rows equal or one ulp apart, double rows libm's bit for bit, cached rows = on-the-fly rows.
-  const Index positions[] = {0, 1, 63, 64, 65, 127, 4096, 123'457, 1'000'000, 1'048'639, Index{1} << 33};
+  const Index positions[] = {
+      0, 1, 63, 64, 65, 127, 4096, 123'457, 1'000'000, 1'048'639, Index{1} << 33};
   posenc_test::for_each_simd_backend([&](auto tag) {
     using B = decltype(tag);
     STATIC_REQUIRE(posenc::detail::rope_vector_angles_v<B>);
     for (const posenc::rope_frequencies& f :
-         {posenc::plain_rope_frequencies(128), posenc::plain_rope_frequencies(74, 5e5), xpos_frequencies()}) {
+         {posenc::plain_rope_frequencies(128), posenc::plain_rope_frequencies(74, 5e5),
+          xpos_frequencies()}) {
       const posenc::rope_cache<float, B> cache(f);
       const posenc::rope_cache<double, B> cache_d(f);
       auto w = cache.writer();
@@ -258,17 +264,21 @@ TEST_CASE("SIMD RoPE cos/sin rows: angle addition bit for bit, libm rows within 
         for (auto role : {posenc::rope_role::query, posenc::rope_role::key}) {
           if (f.has_xpos() && n > 4096) continue;  // zeta^(n/512) overflows double far out
           w.row(n, role, c.data(), s.data());
-          posenc::detail::rope_row(f, posenc::rope_precision::exact, n, role, c_ref.data(), s_ref.data());
+          posenc::detail::rope_row(f, posenc::rope_precision::exact, n, role, c_ref.data(),
+                                   s_ref.data());
           wd.row(n, role, cd.data(), sd.data());
-          posenc::detail::rope_row(f, posenc::rope_precision::exact, n, role, cd_ref.data(), sd_ref.data());
+          posenc::detail::rope_row(f, posenc::rope_precision::exact, n, role, cd_ref.data(),
+                                   sd_ref.data());
           CHECK(cd == cd_ref);
           CHECK(sd == sd_ref);
           for (std::size_t i = 0; i < pairs; ++i) {
-            INFO(B::name() << " pairs " << pairs << " n " << n << " i " << i << (f.has_xpos() ? " xpos" : ""));
+            INFO(B::name() << " pairs " << pairs << " n " << n << " i " << i
+                           << (f.has_xpos() ? " xpos" : ""));
             double ce, se;
             emulate_angles(n, f.inv_freq[i], ce, se);
-            const double scale = f.attention_factor * f.xpos_scale(static_cast<Index>(i), static_cast<double>(n),
-                                                                    role == posenc::rope_role::key);
+            const double scale =
+                f.attention_factor * f.xpos_scale(static_cast<Index>(i), static_cast<double>(n),
+                                                  role == posenc::rope_role::key);
             CHECK(c[i] == static_cast<float>(ce * scale));
             CHECK(s[i] == static_cast<float>(se * scale));
             // one float ulp of the value (the double error ~1e-15 + 1.2e-16 |n w| is far below)
@@ -287,7 +297,8 @@ TEST_CASE("SIMD RoPE cos/sin rows: angle addition bit for bit, libm rows within 
     int differ = 0;
     for (Index n = 0; n < 200'000; n += 997) {
       w.row(n, posenc::rope_role::query, c.data(), s.data());
-      posenc::detail::rope_row(f, posenc::rope_precision::exact, n, posenc::rope_role::query, c_ref.data(), s_ref.data());
+      posenc::detail::rope_row(f, posenc::rope_precision::exact, n, posenc::rope_role::query,
+                               c_ref.data(), s_ref.data());
       for (std::size_t i = 0; i < 64; ++i) {
         INFO(B::name() << " n " << n << " i " << i);
         CHECK(std::abs(c[i] - c_ref[i]) <= std::numeric_limits<float>::epsilon() * 0.5f);
@@ -295,7 +306,8 @@ TEST_CASE("SIMD RoPE cos/sin rows: angle addition bit for bit, libm rows within 
         differ += (c[i] != c_ref[i]) + (s[i] != s_ref[i]);
       }
     }
-    CHECK(differ < 200 * 128 / 20);  // rare: only where the two doubles straddle a rounding boundary
+    CHECK(differ <
+          200 * 128 / 20);  // rare: only where the two doubles straddle a rounding boundary
     // the cache's rows (filled in bulk, across coarse blocks) are the writer's rows
     for (Index n : {Index{0}, Index{63}, Index{64}, Index{150}, Index{199}}) {
       w.row(n, posenc::rope_role::query, c.data(), s.data());
@@ -306,8 +318,8 @@ TEST_CASE("SIMD RoPE cos/sin rows: angle addition bit for bit, libm rows within 
     posenc::rope_cache<float, B> ref32(f, posenc::rope_precision::float32_reference, 0);
     auto w32 = ref32.writer();
     w32.row(777'777, posenc::rope_role::query, c.data(), s.data());
-    posenc::detail::rope_row(f, posenc::rope_precision::float32_reference, 777'777, posenc::rope_role::query,
-                             c_ref.data(), s_ref.data());
+    posenc::detail::rope_row(f, posenc::rope_precision::float32_reference, 777'777,
+                             posenc::rope_role::query, c_ref.data(), s_ref.data());
     CHECK(c == c_ref);
     CHECK(s == s_ref);
   });
@@ -323,7 +335,8 @@ TEST_CASE("SIMD RoPE on the fly: rows computed per token equal the cached rows, 
       posenc::rotary_embedding<float, B> a(64, -1, 10000.0, pairing, cached);
       const posenc::rotary_embedding<float, B> b0(64, -1, 10000.0, pairing, fly);
       posenc::rotary_embedding<float, B> b = b0;  // copies share the fine table
-      std::vector<float> x = posenc_test::random_values<float>(std::size_t{3 * 300 * 2 * 64}, 11), y = x;
+      std::vector<float> x = posenc_test::random_values<float>(std::size_t{3 * 300 * 2 * 64}, 11),
+                         y = x;
       a.apply(posenc::view_bshd(x.data(), 3, 300, 2, 64), Index{1000});
       b.apply(posenc::view_bshd(y.data(), 3, 300, 2, 64), Index{1000});
       INFO(B::name() << " " << posenc::to_string(pairing));

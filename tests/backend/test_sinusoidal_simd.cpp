@@ -1,13 +1,12 @@
 // The SIMD sinusoidal-table kernels against the scalar kernel, against an emulation of the
 // same angle-addition arithmetic (bit for bit), and against float64 goldens far out.
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <posenc/backend/avx2/sinusoidal.hpp>
 #include <posenc/backend/avx512/sinusoidal.hpp>
 #include <posenc/backend/neon/sinusoidal.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
-
-#include <cmath>
-#include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -84,8 +83,9 @@ void compare_with_scalar(const layout_case& lc, Index first, Index rows,
   be::sinusoidal_rows(be::scalar{}, args(ref));
 
   INFO(B::name() << " " << lc.name << " dim " << lc.dim << " first " << first << " rows " << rows
-                 << (positions.empty() ? "" : " (position list)") << (accumulate ? " accumulate" : "")
-                 << (zero_row ? " zero row" : "") << " col_stride " << col_stride);
+                 << (positions.empty() ? "" : " (position list)")
+                 << (accumulate ? " accumulate" : "") << (zero_row ? " zero row" : "")
+                 << " col_stride " << col_stride);
   double worst_excess = -1.0;
   Index exact = 0, total = 0;
   for (Index r = 0; r < rows; ++r) {
@@ -95,8 +95,9 @@ void compare_with_scalar(const layout_case& lc, Index first, Index rows,
       const bool data_col = c < lc.dim * col_stride && c % col_stride == 0;
       const Index j = c / col_stride;
       const Index pair = lc.interleaved ? j / 2 : (j < pairs ? j : j - pairs);
-      const double angle =
-          data_col && j < 2 * pairs ? static_cast<double>(pos) * w[static_cast<std::size_t>(pair)] : 0.0;
+      const double angle = data_col && j < 2 * pairs
+                               ? static_cast<double>(pos) * w[static_cast<std::size_t>(pair)]
+                               : 0.0;
       double tol = tolerance<T>(angle);
       if (accumulate) tol *= 2;  // the sum's rounding step follows the PE value's
       // below the first coarse block, and off the data columns, results are bit-identical
@@ -114,11 +115,11 @@ void compare_with_scalar(const layout_case& lc, Index first, Index rows,
 }  // namespace
 
 TEST_CASE("SIMD sinusoidal rows match the scalar kernel", "[backend][simd][sinusoidal]") {
-  const layout_case layouts[] = {
-      {"interleaved", 2, true},  {"interleaved", 6, true},   {"interleaved", 26, true},
-      {"interleaved", 128, true}, {"interleaved", 134, true}, {"blocked", 4, false},
-      {"blocked", 7, false},     {"blocked", 27, false},    {"blocked", 130, false},
-      {"blocked", 69, false}};
+  const layout_case layouts[] = {{"interleaved", 2, true},   {"interleaved", 6, true},
+                                 {"interleaved", 26, true},  {"interleaved", 128, true},
+                                 {"interleaved", 134, true}, {"blocked", 4, false},
+                                 {"blocked", 7, false},      {"blocked", 27, false},
+                                 {"blocked", 130, false},    {"blocked", 69, false}};
   const std::vector<Index> list = {5, 999999, 64, 63, 0, 12345, 1000000, 65, 64, 200, 7, 3};
   int tested = 0;
   posenc_test::for_each_simd_backend([&](auto tag) {
@@ -141,7 +142,8 @@ TEST_CASE("SIMD sinusoidal rows match the scalar kernel", "[backend][simd][sinus
   CHECK(tested == POSENC_ARCH_AVX2 + POSENC_ARCH_AVX512 + POSENC_ARCH_NEON);
 }
 
-TEST_CASE("SIMD angle addition is the documented arithmetic, bit for bit", "[backend][simd][sinusoidal]") {
+TEST_CASE("SIMD angle addition is the documented arithmetic, bit for bit",
+          "[backend][simd][sinusoidal]") {
   // Every backend computes the same IEEE operations, so each equals this emulation exactly
   // and all backends agree with each other bit for bit.
   const Index pairs = 37;
@@ -176,7 +178,8 @@ TEST_CASE("SIMD float tables stay within 3.5e-8 of float64 up to position 1,000,
   REQUIRE(golden.cols() == 1 + 2 * pairs);
   std::vector<double> w(freq.data(), freq.data() + pairs);
   std::vector<Index> pos(static_cast<std::size_t>(rows));
-  for (Index r = 0; r < rows; ++r) pos[static_cast<std::size_t>(r)] = static_cast<Index>(golden(r, 0));
+  for (Index r = 0; r < rows; ++r)
+    pos[static_cast<std::size_t>(r)] = static_cast<Index>(golden(r, 0));
   int tested = 0;
   auto check_backend = [&](auto tag) {
     using B = decltype(tag);
@@ -193,8 +196,8 @@ TEST_CASE("SIMD float tables stay within 3.5e-8 of float64 up to position 1,000,
     double worst = 0;
     for (Index r = 0; r < rows; ++r)
       for (Index j = 0; j < 2 * pairs; ++j)
-        worst = std::max(worst, std::fabs(out[static_cast<std::size_t>(r * 2 * pairs + j)] -
-                                          golden(r, 1 + j)));
+        worst = std::max(
+            worst, std::fabs(out[static_cast<std::size_t>(r * 2 * pairs + j)] - golden(r, 1 + j)));
     INFO(B::name() << ": max |float32 - float64| = " << worst);
     CHECK(worst <= 3.5e-8);
     CHECK(worst > 0.0);  // float rounding is visible: the comparison is live

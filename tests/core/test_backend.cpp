@@ -1,6 +1,5 @@
-#include <posenc/core/backend.hpp>
-
 #include <cstring>
+#include <posenc/core/backend.hpp>
 #include <type_traits>
 
 #include "support/catch.hpp"

@@ -1,6 +1,5 @@
 // Compiled with -DPOSENC_DEFAULT_BACKEND=scalar: the macro overrides the default.
 #include <posenc/core/backend.hpp>
-
 #include <type_traits>
 
 #include "support/catch.hpp"

@@ -1,5 +1,4 @@
 #include <posenc/core/view.hpp>
-
 #include <vector>
 
 #include "support/catch.hpp"

@@ -1,12 +1,11 @@
-#include <posenc/core/random.hpp>
-#include <posenc/encoding/learned.hpp>
-#include <posenc/encoding/sinusoidal.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <posenc/core/random.hpp>
+#include <posenc/encoding/learned.hpp>
+#include <posenc/encoding/sinusoidal.hpp>
 #include <random>
 #include <vector>
 
@@ -21,7 +20,8 @@ using rowmatf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowM
 TEST_CASE("the generator matches the reference bit for bit", "[learned][random][golden]") {
   const auto u = posenc_test::golden_matrix<std::int64_t>("absolute_rng_seed42_u64.npy");
   posenc::random_generator g(42);
-  for (Index i = 0; i < u.size(); ++i) CHECK(g.next_u64() == static_cast<std::uint64_t>(u.data()[i]));
+  for (Index i = 0; i < u.size(); ++i)
+    CHECK(g.next_u64() == static_cast<std::uint64_t>(u.data()[i]));
   const auto z = posenc_test::golden_matrix<double>("absolute_rng_seed42_normal.npy");
   posenc::random_generator h(42);
   for (Index i = 0; i < z.size(); ++i) CHECK(h.normal() == z.data()[i]);  // exact
@@ -50,12 +50,13 @@ TEST_CASE("the portable log and normal transform are accurate", "[learned][rando
     sq += (z - 1.0) * (z - 1.0);
     fourth += std::pow((z - 1.0) / 0.5, 4);
   }
-  CHECK(std::abs(sum / n - 1.0) < 0.005);                    // ~ 5 sigma of the mean
+  CHECK(std::abs(sum / n - 1.0) < 0.005);  // ~ 5 sigma of the mean
   CHECK(std::abs(std::sqrt(sq / n) - 0.5) < 0.005);
-  CHECK(std::abs(fourth / n - 3.0) < 0.1);                    // normal kurtosis
+  CHECK(std::abs(fourth / n - 3.0) < 0.1);  // normal kurtosis
 }
 
-TEST_CASE("seeded N(0, 0.02) init: same seed, same table; golden first values", "[learned][golden]") {
+TEST_CASE("seeded N(0, 0.02) init: same seed, same table; golden first values",
+          "[learned][golden]") {
   const auto golden = posenc_test::golden_matrix<double>("absolute_learned_seed7_8x6.npy");
   const posenc::learned_table<double> d(8, 6, 7);
   CHECK(d.weights() == golden);  // bit for bit
@@ -80,7 +81,8 @@ TEST_CASE("lookup, table and add_to", "[learned][add]") {
   const posenc::learned_table<float> t(20, 8, 1);
   const std::vector<Index> pos = {3, 0, 19, 3};
   const rowmatf rows = t.lookup(pos);
-  for (std::size_t r = 0; r < pos.size(); ++r) CHECK(rows.row(static_cast<Index>(r)) == t.weights().row(pos[r]));
+  for (std::size_t r = 0; r < pos.size(); ++r)
+    CHECK(rows.row(static_cast<Index>(r)) == t.weights().row(pos[r]));
   Eigen::Matrix<std::int64_t, 1, Eigen::Dynamic> pv(2);
   pv << 19, 2;
   CHECK(t.lookup(pv).row(1) == t.weights().row(2));
@@ -93,7 +95,8 @@ TEST_CASE("lookup, table and add_to", "[learned][add]") {
   CHECK(a == rowmatf(e + t.weights().middleRows(2, 5)));
   rowmatf s = e;
   t.add_to(s, 2, posenc::embedding_scale::sqrt_dim);
-  CHECK(posenc_test::max_abs_diff(s, rowmatf(std::sqrt(8.0f) * e + t.weights().middleRows(2, 5))) == 0.0);
+  CHECK(posenc_test::max_abs_diff(s, rowmatf(std::sqrt(8.0f) * e + t.weights().middleRows(2, 5))) ==
+        0.0);
   rowmatf at = e.topRows(4);
   t.add_at(at, pos);
   CHECK(at == rowmatf(e.topRows(4) + rows));
@@ -106,7 +109,8 @@ TEST_CASE("lookup, table and add_to", "[learned][add]") {
   CHECK(posenc_test::max_abs_diff(col, a) == 0.0);
 }
 
-TEST_CASE("randomized shapes: lookup, add and backward agree with naive loops", "[learned][random-shapes]") {
+TEST_CASE("randomized shapes: lookup, add and backward agree with naive loops",
+          "[learned][random-shapes]") {
   std::mt19937_64 rng(23);
   for (int trial = 0; trial < 25; ++trial) {
     const Index L = static_cast<Index>(1 + rng() % 40), d = static_cast<Index>(1 + rng() % 33);
@@ -167,8 +171,8 @@ TEST_CASE("backward scatter-adds, repeated positions add up; SGD step", "[learne
 
 namespace {
 // L = 0.5 |E + W[pos] - Y|^2 summed: a non-linear loss of the table.
-double loss_of(const posenc::learned_table<double>& t, const rowmat& e, const std::vector<Index>& pos,
-               const rowmat& y) {
+double loss_of(const posenc::learned_table<double>& t, const rowmat& e,
+               const std::vector<Index>& pos, const rowmat& y) {
   rowmat out = e;
   t.add_at(out, pos);
   return 0.5 * (out - y).squaredNorm();
@@ -243,23 +247,30 @@ TEST_CASE("save/load .npy round trip; load from safetensors by name", "[learned]
   const auto wpe = posenc::learned_table<float>::load_safetensors(st, "transformer.wpe.weight");
   CHECK(wpe.max_len() == 16);
   CHECK(wpe.dim() == 6);
-  CHECK(wpe.weights().cast<double>() == posenc_test::golden_matrix<double>("absolute_gpt2_tiny_wpe.npy"));
+  CHECK(wpe.weights().cast<double>() ==
+        posenc_test::golden_matrix<double>("absolute_gpt2_tiny_wpe.npy"));
   // The reference wrote exactly what the generator gives for seed 2024, rounded to f32.
   CHECK(wpe.weights() == posenc::learned_table<float>(16, 6, 2024).weights());
-  const auto bert =
-      posenc::learned_table<double>::load_safetensors(st, "bert.embeddings.position_embeddings.weight");
+  const auto bert = posenc::learned_table<double>::load_safetensors(
+      st, "bert.embeddings.position_embeddings.weight");
   CHECK(bert.weights() == posenc_test::golden_matrix<double>("absolute_gpt2_tiny_bert_pos.npy"));
-  CHECK_THROWS_AS(posenc::learned_table<float>::load_safetensors(st, "transformer.wpe.bias"), posenc::error);
+  CHECK_THROWS_AS(posenc::learned_table<float>::load_safetensors(st, "transformer.wpe.bias"),
+                  posenc::error);
   CHECK_THROWS_AS(posenc::learned_table<float>::load_npy(posenc_test::tmp_path("no_such_file.npy")),
                   posenc::error);
 }
 
-TEST_CASE("interpolation to a new max_len keeps the endpoints (align_corners)", "[learned][golden]") {
+TEST_CASE("interpolation to a new max_len keeps the endpoints (align_corners)",
+          "[learned][golden]") {
   const posenc::learned_table<double> t(8, 6, 7);
   const posenc::learned_table<double> up = t.interpolated(13);
-  CHECK(posenc_test::max_abs_diff(up.weights(), posenc_test::golden_matrix<double>("absolute_learned_seed7_interp13.npy")) < 1e-15);
+  CHECK(posenc_test::max_abs_diff(
+            up.weights(),
+            posenc_test::golden_matrix<double>("absolute_learned_seed7_interp13.npy")) < 1e-15);
   const posenc::learned_table<double> down = t.interpolated(5);
-  CHECK(posenc_test::max_abs_diff(down.weights(), posenc_test::golden_matrix<double>("absolute_learned_seed7_interp5.npy")) < 1e-15);
+  CHECK(posenc_test::max_abs_diff(
+            down.weights(),
+            posenc_test::golden_matrix<double>("absolute_learned_seed7_interp5.npy")) < 1e-15);
   for (const auto* r : {&up, &down}) {
     CHECK(r->weights().row(0) == t.weights().row(0));  // exact endpoints
     CHECK(r->weights().bottomRows(1) == t.weights().bottomRows(1));
@@ -269,7 +280,8 @@ TEST_CASE("interpolation to a new max_len keeps the endpoints (align_corners)", 
   const posenc::learned_table<float> x = tf.interpolated(15);
   for (Index i = 0; i < 8; ++i) CHECK(x.weights().row(2 * i) == tf.weights().row(i));
   CHECK(posenc_test::max_abs_diff(x.weights().row(3),
-                                  rowmatf(0.5f * (tf.weights().row(1) + tf.weights().row(2)))) < 1e-8);
+                                  rowmatf(0.5f * (tf.weights().row(1) + tf.weights().row(2)))) <
+        1e-8);
   CHECK(t.interpolated(8).weights() == t.weights());
   CHECK(t.interpolated(1).weights() == t.weights().topRows(1));
   const posenc::learned_table<double> one(1, 4, 2);
@@ -311,8 +323,9 @@ TEST_CASE("learned errors name the parameter and both numbers", "[learned][error
   POSENC_REQUIRE_ERROR(t.backward(e, std::vector<Index>{0, 1, 2, 7}), "positions[3] = 7");
   POSENC_REQUIRE_ERROR(t.backward(wrong, std::vector<Index>{0, 1}), "cols = 3");
   POSENC_REQUIRE_ERROR(t.backward(e, 3), "offset + len = 7");
-  POSENC_REQUIRE_ERROR(t.backward(posenc::batch_view<const float>::contiguous(buf.data(), {2, 6, 4}), 0),
-                       "offset + len = 6");
+  POSENC_REQUIRE_ERROR(
+      t.backward(posenc::batch_view<const float>::contiguous(buf.data(), {2, 6, 4}), 0),
+      "offset + len = 6");
   POSENC_REQUIRE_ERROR(t.sgd_step(-1.0), "learning_rate = -1");
   POSENC_REQUIRE_ERROR(t.interpolated(0), "new_len = 0");
   CHECK(t.gradient().isZero(0));  // failed calls changed nothing

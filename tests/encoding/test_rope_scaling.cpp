@@ -1,15 +1,14 @@
 // RoPE frequencies and scalings: goldens from tests/reference/rope_scaling.py (independent
 // float64 numpy), the Hugging Face and GGUF constructors, properties and every error path.
-#include <posenc/encoding/rotary/frequencies.hpp>
-#include <posenc/encoding/rotary/hf_config.hpp>
-#include <posenc/encoding/rotary/scaling.hpp>
-#include <posenc/io/npy.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <posenc/encoding/rotary/frequencies.hpp>
+#include <posenc/encoding/rotary/hf_config.hpp>
+#include <posenc/encoding/rotary/scaling.hpp>
+#include <posenc/io/npy.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -287,8 +286,9 @@ TEST_CASE("rope_config from Hugging Face parameters", "[rotary][scaling][hf]") {
                                 {"num_attention_heads", 28.0},
                                 {"max_position_embeddings", 32768.0},
                                 {"rope_theta", 1000000.0}};
-    const rope_params scaling = {
-        {"type", std::string("yarn")}, {"factor", 4.0}, {"original_max_position_embeddings", 32768.0}};
+    const rope_params scaling = {{"type", std::string("yarn")},
+                                 {"factor", 4.0},
+                                 {"original_max_position_embeddings", 32768.0}};
     const rope_config c = posenc::rope_config_from_hf(config, scaling);
     check_golden(c.frequencies(), "qwen2_yarn");
     // Without the dict's original context, max_position_embeddings is used.
@@ -301,9 +301,8 @@ TEST_CASE("rope_config from Hugging Face parameters", "[rotary][scaling][hf]") {
                                 {"max_position_embeddings", 131072.0},
                                 {"original_max_position_embeddings", 4096.0},
                                 {"rope_theta", 10000.0}};
-    const rope_params scaling = {{"type", std::string("su")},
-                                 {"short_factor", phi3_short},
-                                 {"long_factor", phi3_long}};
+    const rope_params scaling = {
+        {"type", std::string("su")}, {"short_factor", phi3_short}, {"long_factor", phi3_long}};
     const rope_config c = posenc::rope_config_from_hf(config, scaling);
     CHECK(c.factor == 32.0);
     check_golden(c.frequencies(4096), "phi3_short");
@@ -324,15 +323,20 @@ TEST_CASE("rope_config from Hugging Face parameters", "[rotary][scaling][hf]") {
                                                            {"long_factor", phi3_long}}),
         "original_max_position_embeddings = <missing>");
     top["original_max_position_embeddings"] = -4.0;
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(top, scaling), "original_max_position_embeddings = -4");
+    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(top, scaling),
+                         "original_max_position_embeddings = -4");
   }
   SECTION("partial rotary, explicit head_dim, GPT-J and GPT-NeoX keys, default base") {
-    const rope_params neox = {{"hidden_size", 512.0}, {"num_attention_heads", 4.0},
-                              {"rotary_pct", 0.25}, {"rotary_emb_base", 10000.0}};
+    const rope_params neox = {{"hidden_size", 512.0},
+                              {"num_attention_heads", 4.0},
+                              {"rotary_pct", 0.25},
+                              {"rotary_emb_base", 10000.0}};
     check_golden(posenc::rope_config_from_hf(neox).frequencies(), "pythia");
     const rope_params phi = {{"head_dim", 128.0}, {"partial_rotary_factor", 0.25}};
     check_golden(posenc::rope_config_from_hf(phi).frequencies(), "pythia");
-    const rope_params gptj = {{"n_embd", 4096.0}, {"n_head", 16.0}, {"rotary_dim", 64.0},
+    const rope_params gptj = {{"n_embd", 4096.0},
+                              {"n_head", 16.0},
+                              {"rotary_dim", 64.0},
                               {"model_type", std::string("gptj")}};
     const rope_config g = posenc::rope_config_from_hf(gptj);
     CHECK(g.head_dim == 256);
@@ -341,29 +345,42 @@ TEST_CASE("rope_config from Hugging Face parameters", "[rotary][scaling][hf]") {
   }
   SECTION("linear, dynamic, ntk, yarn options") {
     const rope_params config = {{"head_dim", 128.0}, {"max_position_embeddings", 4096.0}};
-    check_golden(posenc::rope_config_from_hf(config, {{"rope_type", std::string("linear")}, {"factor", 4.0}})
-                     .frequencies(),
-                 "linear");
-    check_golden(posenc::rope_config_from_hf(config, {{"rope_type", std::string("dynamic")}, {"factor", 2.0}})
+    check_golden(
+        posenc::rope_config_from_hf(config, {{"rope_type", std::string("linear")}, {"factor", 4.0}})
+            .frequencies(),
+        "linear");
+    check_golden(posenc::rope_config_from_hf(
+                     config, {{"rope_type", std::string("dynamic")}, {"factor", 2.0}})
                      .frequencies(8192),
                  "dynamic_8192");
-    check_golden(posenc::rope_config_from_hf(config, {{"rope_type", std::string("ntk")}, {"alpha", 8.0}})
-                     .frequencies(),
-                 "ntk");
-    const rope_params y = {{"rope_type", std::string("yarn")}, {"factor", 32.0},
-                           {"beta_fast", 32.0}, {"beta_slow", 1.0}, {"truncate", false},
+    check_golden(
+        posenc::rope_config_from_hf(config, {{"rope_type", std::string("ntk")}, {"alpha", 8.0}})
+            .frequencies(),
+        "ntk");
+    const rope_params y = {{"rope_type", std::string("yarn")},
+                           {"factor", 32.0},
+                           {"beta_fast", 32.0},
+                           {"beta_slow", 1.0},
+                           {"truncate", false},
                            {"rope_theta", 150000.0}};
-    const rope_config c = posenc::rope_config_from_hf({{"head_dim", 64.0}, {"max_position_embeddings", 4096.0}}, y);
+    const rope_config c =
+        posenc::rope_config_from_hf({{"head_dim", 64.0}, {"max_position_embeddings", 4096.0}}, y);
     CHECK_FALSE(c.truncate);
     check_golden(c.frequencies(), "yarn_notrunc");
-    const rope_params ds = {{"rope_type", std::string("yarn")}, {"factor", 40.0},
-                            {"original_max_position_embeddings", 4096.0}, {"mscale", 0.707},
+    const rope_params ds = {{"rope_type", std::string("yarn")},
+                            {"factor", 40.0},
+                            {"original_max_position_embeddings", 4096.0},
+                            {"mscale", 0.707},
                             {"mscale_all_dim", 0.707}};
-    check_golden(posenc::rope_config_from_hf({{"head_dim", 64.0}}, ds).frequencies(), "yarn_deepseek");
-    const rope_params ov = {{"rope_type", std::string("yarn")}, {"factor", 4.0},
-                            {"original_max_position_embeddings", 32768.0}, {"attention_factor", 1.25}};
-    check_golden(posenc::rope_config_from_hf({{"head_dim", 128.0}, {"rope_theta", 1e6}}, ov).frequencies(),
-                 "yarn_override");
+    check_golden(posenc::rope_config_from_hf({{"head_dim", 64.0}}, ds).frequencies(),
+                 "yarn_deepseek");
+    const rope_params ov = {{"rope_type", std::string("yarn")},
+                            {"factor", 4.0},
+                            {"original_max_position_embeddings", 32768.0},
+                            {"attention_factor", 1.25}};
+    check_golden(
+        posenc::rope_config_from_hf({{"head_dim", 128.0}, {"rope_theta", 1e6}}, ov).frequencies(),
+        "yarn_override");
     const rope_params xp = {{"rope_type", std::string("xpos")}, {"xpos_scale_base", 256.0}};
     CHECK(posenc::rope_config_from_hf(config, xp).frequencies().xpos_scale_base == 256.0);
   }
@@ -371,44 +388,59 @@ TEST_CASE("rope_config from Hugging Face parameters", "[rotary][scaling][hf]") {
     const rope_params ok = {{"head_dim", 128.0}, {"max_position_embeddings", 4096.0}};
     POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"rope_type", std::string("magic")}}),
                          "rope_type = magic");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"type", std::string("Linear")}}), "type = Linear");
+    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"type", std::string("Linear")}}),
+                         "type = Linear");
     POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"rope_type", std::string("linear")}}),
                          "factor = <missing>");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"rope_type", std::string("linear")}, {"factor", true}}),
-                         "factor = <not a number>");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"rope_type", std::string("linear")}, {"factor", -2.0}}),
-                         "factor = -2");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"rope_type", 3.0}}), "rope_type = <not a string>");
     POSENC_REQUIRE_ERROR(
-        posenc::rope_config_from_hf(ok, {{"rope_type", std::string("yarn")}, {"factor", 4.0}, {"truncate", 1.0}}),
+        posenc::rope_config_from_hf(ok, {{"rope_type", std::string("linear")}, {"factor", true}}),
+        "factor = <not a number>");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf(ok, {{"rope_type", std::string("linear")}, {"factor", -2.0}}),
+        "factor = -2");
+    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(ok, {{"rope_type", 3.0}}),
+                         "rope_type = <not a string>");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf(
+            ok, {{"rope_type", std::string("yarn")}, {"factor", 4.0}, {"truncate", 1.0}}),
         "truncate = <not a boolean>");
+    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf(
+                             ok, {{"rope_type", std::string("longrope")}, {"short_factor", 1.0}}),
+                         "short_factor = <not a list>");
+    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"hidden_size", 4096.0}}),
+                         "num_attention_heads = <missing>");
+    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"num_attention_heads", 32.0}}),
+                         "hidden_size = <missing>");
     POSENC_REQUIRE_ERROR(
-        posenc::rope_config_from_hf(ok, {{"rope_type", std::string("longrope")}, {"short_factor", 1.0}}),
-        "short_factor = <not a list>");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"hidden_size", 4096.0}}), "num_attention_heads = <missing>");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"num_attention_heads", 32.0}}), "hidden_size = <missing>");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"hidden_size", 4096.0}, {"num_attention_heads", 30.0}}),
-                         "num_attention_heads = 30");
+        posenc::rope_config_from_hf({{"hidden_size", 4096.0}, {"num_attention_heads", 30.0}}),
+        "num_attention_heads = 30");
     POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"head_dim", 127.5}}), "head_dim = 127.5");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"head_dim", 128.0}, {"partial_rotary_factor", 1.5}}),
-                         "partial_rotary_factor = 1.5");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"head_dim", 100.0}, {"partial_rotary_factor", 0.25}}),
-                         "rotary_dim = 25");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"head_dim", 128.0}},
-                                                     {{"rope_type", std::string("dynamic")}, {"factor", 2.0}}),
-                         "max_position_embeddings = <missing>");
     POSENC_REQUIRE_ERROR(
-        posenc::rope_config_from_hf({{"head_dim", 128.0}}, {{"rope_type", std::string("yarn")}, {"factor", 2.0}}),
+        posenc::rope_config_from_hf({{"head_dim", 128.0}, {"partial_rotary_factor", 1.5}}),
+        "partial_rotary_factor = 1.5");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf({{"head_dim", 100.0}, {"partial_rotary_factor", 0.25}}),
+        "rotary_dim = 25");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf({{"head_dim", 128.0}},
+                                    {{"rope_type", std::string("dynamic")}, {"factor", 2.0}}),
+        "max_position_embeddings = <missing>");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf({{"head_dim", 128.0}},
+                                    {{"rope_type", std::string("yarn")}, {"factor", 2.0}}),
         "original_max_position_embeddings = <missing>");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"head_dim", 128.0}},
-                                                     {{"rope_type", std::string("llama3")}, {"factor", 8.0},
-                                                      {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}}),
-                         "original_max_position_embeddings = <missing>");
-    POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf({{"head_dim", 96.0}, {"max_position_embeddings", 131072.0}},
-                                                     {{"rope_type", std::string("longrope")},
-                                                      {"short_factor", phi3_short},
-                                                      {"long_factor", std::vector<double>(47, 1.0)}}),
-                         "long_factor.size() = 47");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf({{"head_dim", 128.0}}, {{"rope_type", std::string("llama3")},
+                                                            {"factor", 8.0},
+                                                            {"low_freq_factor", 1.0},
+                                                            {"high_freq_factor", 4.0}}),
+        "original_max_position_embeddings = <missing>");
+    POSENC_REQUIRE_ERROR(
+        posenc::rope_config_from_hf({{"head_dim", 96.0}, {"max_position_embeddings", 131072.0}},
+                                    {{"rope_type", std::string("longrope")},
+                                     {"short_factor", phi3_short},
+                                     {"long_factor", std::vector<double>(47, 1.0)}}),
+        "long_factor.size() = 47");
   }
 }
 
@@ -446,7 +478,8 @@ TEST_CASE("rope_config from a config.json text", "[rotary][scaling][hf][json]") 
   for (std::size_t i = 0; i < phi3_long.size(); ++i)
     phi += (i ? ", " : "") + std::to_string(phi3_long[i]);
   phi += R"(], "short_factor": [)";
-  for (std::size_t i = 0; i < phi3_short.size(); ++i) phi += (i ? ", " : "") + std::to_string(phi3_short[i]);
+  for (std::size_t i = 0; i < phi3_short.size(); ++i)
+    phi += (i ? ", " : "") + std::to_string(phi3_short[i]);
   phi += "]}}";
   // std::to_string keeps 6 decimals: the factors differ from the goldens' at the 1e-7 level.
   const rope_config c = posenc::rope_config_from_hf_json(phi);
@@ -455,27 +488,32 @@ TEST_CASE("rope_config from a config.json text", "[rotary][scaling][hf][json]") 
   check_golden(c.frequencies(5000), "phi3_long", 1e-6);
 
   // No rope_scaling (or null): plain RoPE.
-  check_golden(posenc::rope_config_from_hf_json(R"({"head_dim": 128, "rope_scaling": null})").frequencies(),
-               "llama2_7b");
+  check_golden(
+      posenc::rope_config_from_hf_json(R"({"head_dim": 128, "rope_scaling": null})").frequencies(),
+      "llama2_7b");
   // Newer configs: rope_parameters holds rope_theta and rope_type.
-  check_golden(posenc::rope_config_from_hf_json(
-                   R"({"head_dim":128,"rope_parameters":{"rope_theta":1000000.0,"rope_type":"yarn","factor":4.0,
+  check_golden(
+      posenc::rope_config_from_hf_json(
+          R"({"head_dim":128,"rope_parameters":{"rope_theta":1000000.0,"rope_type":"yarn","factor":4.0,
                        "original_max_position_embeddings":32768}})")
-                   .frequencies(),
-               "qwen2_yarn");
+          .frequencies(),
+      "qwen2_yarn");
 
   // rope_parameters keyed by layer type (Gemma-3 style): pick one, else an error.
   const std::string per_layer = R"({"head_dim": 128, "partial_rotary_factor": 1.0,
     "rope_parameters": {
       "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
       "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}})";
-  check_golden(posenc::rope_config_from_hf_json(per_layer, "full_attention").frequencies(), "linear");
+  check_golden(posenc::rope_config_from_hf_json(per_layer, "full_attention").frequencies(),
+               "linear");
   const rope_config sliding = posenc::rope_config_from_hf_json(per_layer, "sliding_attention");
   CHECK(sliding.resolved_rotary_dim() == 32);  // the dict's partial_rotary_factor wins
   check_golden(sliding.frequencies(), "pythia");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(per_layer),
-                       "layer_type = <none>: rope parameters are given per layer type (full_attention, sliding_attention)");
-  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(per_layer, "global"), "layer_type = global");
+                       "layer_type = <none>: rope parameters are given per layer type "
+                       "(full_attention, sliding_attention)");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(per_layer, "global"),
+                       "layer_type = global");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(R"({"head_dim": 128})", "full_attention"),
                        "layer_type = full_attention");
 
@@ -483,16 +521,22 @@ TEST_CASE("rope_config from a config.json text", "[rotary][scaling][hf][json]") 
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("[1, 2]"), "offset = 0");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128} x"), "trailing");
   // An empty top-level object is no exception: what follows it is still an error.
-  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{} x"), "offset = 3: invalid JSON: trailing");
-  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(" {}{}"), "offset = 3: invalid JSON: trailing");
-  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("  "), "offset = 2: invalid JSON: expected '{'");
-  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128, \"head_dim\": 64}"), "duplicate key");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{} x"),
+                       "offset = 3: invalid JSON: trailing");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json(" {}{}"),
+                       "offset = 3: invalid JSON: trailing");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("  "),
+                       "offset = 2: invalid JSON: expected '{'");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 128, \"head_dim\": 64}"),
+                       "duplicate key");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": +128}"), "invalid JSON");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": 12a8}"), "invalid JSON");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": \"128"), "invalid JSON");
-  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}"),
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"a\": " + std::string(100, '[') +
+                                                        std::string(100, ']') + "}"),
                        "nesting");
-  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": \"128\"}"), "head_dim = <not a number>");
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json("{\"head_dim\": \"128\"}"),
+                       "head_dim = <not a number>");
   POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json_file("/nonexistent/config.json"),
                        "path = /nonexistent/config.json");
 
@@ -537,8 +581,8 @@ TEST_CASE("rope_config from llama.cpp / GGUF parameters equals the Hugging Face 
   }
   SECTION("Llama-3.1 via rope_freqs (llama.cpp's converter): equal to 1e-15") {
     const std::vector<double> ff = [] {
-      const auto m = posenc::io::read_npy_matrix<double>(std::string(POSENC_TEST_DATA_DIR) +
-                                                         "/rope_scaling_gguf_llama31_8b_freq_factors.npy");
+      const auto m = posenc::io::read_npy_matrix<double>(
+          std::string(POSENC_TEST_DATA_DIR) + "/rope_scaling_gguf_llama31_8b_freq_factors.npy");
       return std::vector<double>(m.data(), m.data() + m.cols());
     }();
     posenc::gguf_rope_params g;
@@ -621,7 +665,8 @@ TEST_CASE("rope_config validation names the parameter", "[rotary][scaling][error
   POSENC_REQUIRE_ERROR(simple(rope_scaling_type::linear, 0.0).frequencies(), "factor = 0");
   POSENC_REQUIRE_ERROR(simple(rope_scaling_type::yarn, -1.0, 4096).frequencies(), "factor = -1");
   POSENC_REQUIRE_ERROR(
-      simple(rope_scaling_type::ntk, std::numeric_limits<double>::infinity()).frequencies(), "factor = inf");
+      simple(rope_scaling_type::ntk, std::numeric_limits<double>::infinity()).frequencies(),
+      "factor = inf");
   rope_config a = simple(rope_scaling_type::none, 1.0);
   a.attention_factor = 0.0;
   POSENC_REQUIRE_ERROR(a.frequencies(), "attention_factor = 0");
@@ -685,9 +730,10 @@ TEST_CASE("rope_config validation names the parameter", "[rotary][scaling][error
   POSENC_REQUIRE_ERROR(posenc::parse_rope_pairing("neox"), "pairing = neox");
   CHECK(posenc::parse_rope_scaling_type("su") == rope_scaling_type::longrope);
   CHECK(posenc::parse_rope_scaling_type("default") == rope_scaling_type::none);
-  for (rope_scaling_type t : {rope_scaling_type::none, rope_scaling_type::linear, rope_scaling_type::ntk,
-                              rope_scaling_type::dynamic, rope_scaling_type::yarn, rope_scaling_type::llama3,
-                              rope_scaling_type::longrope, rope_scaling_type::xpos})
+  for (rope_scaling_type t :
+       {rope_scaling_type::none, rope_scaling_type::linear, rope_scaling_type::ntk,
+        rope_scaling_type::dynamic, rope_scaling_type::yarn, rope_scaling_type::llama3,
+        rope_scaling_type::longrope, rope_scaling_type::xpos})
     CHECK(posenc::parse_rope_scaling_type(posenc::to_string(t)) == t);
   CHECK(posenc::parse_rope_pairing("interleaved") == posenc::rope_pairing::interleaved);
   CHECK(std::string(posenc::to_string(posenc::rope_pairing::half)) == "half");

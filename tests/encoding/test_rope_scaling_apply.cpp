@@ -1,12 +1,11 @@
 // End to end: scaled models' q, k rows rotated by rotary_embedding built from a rope_config,
 // against tests/reference/rope_scaling.py (Hugging Face rotate_half formulation, float64).
+#include <cmath>
+#include <cstdint>
 #include <posenc/encoding/rotary/hf_config.hpp>
 #include <posenc/encoding/rotary/rotary.hpp>
 #include <posenc/encoding/rotary/scaling.hpp>
 #include <posenc/io/npy.hpp>
-
-#include <cmath>
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,7 +20,8 @@ namespace {
 
 template <class T>
 posenc::io::matrix<T> load(const std::string& name) {
-  return posenc::io::read_npy_matrix<T>(std::string(POSENC_TEST_DATA_DIR) + "/rope_scaling_" + name + ".npy");
+  return posenc::io::read_npy_matrix<T>(std::string(POSENC_TEST_DATA_DIR) + "/rope_scaling_" +
+                                        name + ".npy");
 }
 
 // Positions reach 131071: a cached embedding would fill 131072 rows of cos/sin per object.
@@ -46,7 +46,8 @@ void check_apply(const rope_config& config, Index seq_len, const std::string& mo
     const auto x = load<double>("apply_" + model + "_" + which);
     const auto ref = load<double>("apply_" + model + "_" + which + "_rot");
     REQUIRE(x.rows() == static_cast<Index>(pos.size()));
-    const posenc::rope_role role = which[0] == 'q' ? posenc::rope_role::query : posenc::rope_role::key;
+    const posenc::rope_role role =
+        which[0] == 'q' ? posenc::rope_role::query : posenc::rope_role::key;
 
     posenc::rotary_embedding<double> rope(config, seq_len, on_the_fly());
     const auto y = rope.rotated(x, pos, role);
@@ -80,7 +81,8 @@ TEST_CASE("scaled RoPE end to end: Qwen2 YaRN (attention factor applied once)",
   posenc::rotary_embedding<double> rope(c, 131072, on_the_fly());
   const auto y = rope.rotated(x, positions("qwen2_yarn"));
   const double a = 0.1 * std::log(4.0) + 1.0;
-  for (Index i = 0; i < x.rows(); ++i) CHECK(std::abs(y.row(i).norm() - a * x.row(i).norm()) < 1e-12);
+  for (Index i = 0; i < x.rows(); ++i)
+    CHECK(std::abs(y.row(i).norm() - a * x.row(i).norm()) < 1e-12);
 }
 
 TEST_CASE("scaled RoPE end to end: Phi-3-mini-128k LongRoPE, long and short",

@@ -23,9 +23,9 @@ struct model_case {
 };
 
 const model_case models[] = {
-    {"llama2_7b", 128, 128, 1e4, rope_pairing::half},      // Llama-2 7B
-    {"gptj", 256, 64, 1e4, rope_pairing::interleaved},     // GPT-J 6B: rotary_dim 64
-    {"neox", 128, 32, 1e4, rope_pairing::half},            // Pythia: rotary_pct 0.25
+    {"llama2_7b", 128, 128, 1e4, rope_pairing::half},   // Llama-2 7B
+    {"gptj", 256, 64, 1e4, rope_pairing::interleaved},  // GPT-J 6B: rotary_dim 64
+    {"neox", 128, 32, 1e4, rope_pairing::half},         // Pythia: rotary_pct 0.25
 };
 
 std::string file(const char* name, const char* part) {
@@ -58,7 +58,8 @@ TEST_CASE("rotary: model goldens in double", "[rotary][golden]") {
       // angles up to 1e6 rad: an ulp of inv_freq moves them by ~1e-10
       CHECK(max_abs_diff(out, y) < 2e-9);
       // partial rotary: the tail is the input, bit for bit
-      CHECK(same_bits(out.rightCols(m.head_dim - m.rotary_dim), x.rightCols(m.head_dim - m.rotary_dim)));
+      CHECK(same_bits(out.rightCols(m.head_dim - m.rotary_dim),
+                      x.rightCols(m.head_dim - m.rotary_dim)));
     }
     // the same model through a rope_config
     posenc::rope_config cfg;
@@ -126,7 +127,8 @@ TEST_CASE("rotary: xPos goldens for queries and keys", "[rotary][golden][xpos]")
     CHECK(max_abs_diff(rope.rotated(x, pos, posenc::rope_role::key), yk) < 1e-12);
     // apply_qk gives q the query scale and k the key scale
     rmat<double> q = x, k = x;
-    rope.apply_qk(posenc::view_shd(q.data(), q.rows(), 1, 64), posenc::view_shd(k.data(), k.rows(), 1, 64), pos);
+    rope.apply_qk(posenc::view_shd(q.data(), q.rows(), 1, 64),
+                  posenc::view_shd(k.data(), k.rows(), 1, 64), pos);
     CHECK(max_abs_diff(q, yq) < 1e-12);
     CHECK(max_abs_diff(k, yk) < 1e-12);
   }
@@ -168,10 +170,12 @@ TEST_CASE("rotary: the attention factor multiplies cos and sin exactly once", "[
   const auto out = rope.rotated(x, pos);
   CHECK(max_abs_diff(out, y) < 1e-12);
   // norms grow by A, not A^2 or 1
-  for (Index i = 0; i < x.rows(); ++i) CHECK(std::abs(out.row(i).norm() / x.row(i).norm() - 1.25) < 1e-12);
+  for (Index i = 0; i < x.rows(); ++i)
+    CHECK(std::abs(out.row(i).norm() / x.row(i).norm() - 1.25) < 1e-12);
 }
 
-TEST_CASE("rotary: multi-axis goldens (Qwen2-VL M-RoPE, 2D axial)", "[rotary][golden][multi_axis]") {
+TEST_CASE("rotary: multi-axis goldens (Qwen2-VL M-RoPE, 2D axial)",
+          "[rotary][golden][multi_axis]") {
   {
     const auto x = golden_matrix<double>("rotary_mrope_x.npy");
     const auto y = golden_matrix<double>("rotary_mrope_y.npy");
@@ -203,8 +207,9 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(64, 128), "rotary_dim = 128");
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(0), "head_dim = 0");
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(64, -1, 1.0), "base = 1");
-  POSENC_REQUIRE_ERROR(rotary_embedding<float>(32, posenc::plain_rope_frequencies(64), rope_pairing::half),
-                       "rotary_dim = 64");
+  POSENC_REQUIRE_ERROR(
+      rotary_embedding<float>(32, posenc::plain_rope_frequencies(64), rope_pairing::half),
+      "rotary_dim = 64");
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(32, posenc::rope_frequencies{}, rope_pairing::half),
                        "inv_freq.size() = 0");
   {
@@ -231,37 +236,45 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
   POSENC_REQUIRE_ERROR(rope.apply_qk(q, posenc::view_bshd(kb2.data(), 1, 3, 2, 8)), "k.batch = 1");
   POSENC_REQUIRE_ERROR(rope.apply_qk(q, posenc::view_bshd(kb3.data(), 2, 3, 2, 6)), "k.dim = 6");
   // B*L ids are fine, other counts are not
-  CHECK_NOTHROW(rope.apply_qk(q, posenc::view_bshd(kb.data(), 2, 3, 2, 8), std::vector<Index>(6, 1)));
-  POSENC_REQUIRE_ERROR(rope.apply_qk(q, posenc::view_bshd(kb.data(), 2, 3, 2, 8), std::vector<Index>(5, 1)),
-                       "position_ids.size() = 5");
+  CHECK_NOTHROW(
+      rope.apply_qk(q, posenc::view_bshd(kb.data(), 2, 3, 2, 8), std::vector<Index>(6, 1)));
+  POSENC_REQUIRE_ERROR(
+      rope.apply_qk(q, posenc::view_bshd(kb.data(), 2, 3, 2, 8), std::vector<Index>(5, 1)),
+      "position_ids.size() = 5");
   // an output at the input's address with other strides
   const heads_view<float> swapped(qb.data(), {2, 3, 4, 8}, {96, 8, 24, 1});
   POSENC_REQUIRE_ERROR(rope.apply(heads_view<const float>(q), swapped), "out.stride[1] = 8");
   // a heads mismatch between in and out
   std::vector<float> ob(2 * 3 * 3 * 8);
-  POSENC_REQUIRE_ERROR(rope.apply(heads_view<const float>(q), posenc::view_bshd(ob.data(), 2, 3, 3, 8)),
-                       "out.heads = 3");
+  POSENC_REQUIRE_ERROR(
+      rope.apply(heads_view<const float>(q), posenc::view_bshd(ob.data(), 2, 3, 3, 8)),
+      "out.heads = 3");
   // the cache
   {
     posenc::rope_options bad;
     bad.cache_limit = -1;
-    POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -1, 1e4, rope_pairing::half, bad), "cache_limit = -1");
+    POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -1, 1e4, rope_pairing::half, bad),
+                         "cache_limit = -1");
     bad.cache_limit = 0;
     bad.max_len = -2;
-    POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -1, 1e4, rope_pairing::half, bad), "max_len = -2");
+    POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -1, 1e4, rope_pairing::half, bad),
+                         "max_len = -2");
     posenc::rope_cache<float> c(posenc::plain_rope_frequencies(8));
-    POSENC_REQUIRE_ERROR(c.reserve(std::numeric_limits<Index>::max() / 2), "the table size overflows");
+    POSENC_REQUIRE_ERROR(c.reserve(std::numeric_limits<Index>::max() / 2),
+                         "the table size overflows");
     POSENC_REQUIRE_ERROR(c.ensure(-1), "max_position = -1");
     POSENC_REQUIRE_ERROR(c.ensure(std::numeric_limits<Index>::max()),
                          "max_position = 9223372036854775807");
   }
-  POSENC_REQUIRE_ERROR(posenc::rope_cache<float>(posenc::plain_rope_frequencies(8), posenc::rope_precision::exact, -3),
+  POSENC_REQUIRE_ERROR(posenc::rope_cache<float>(posenc::plain_rope_frequencies(8),
+                                                 posenc::rope_precision::exact, -3),
                        "max_len = -3");
   // multi-axis
   POSENC_REQUIRE_ERROR(posenc::mrope<float>(64, {16, 24}), "sum(sections) = 40");
   POSENC_REQUIRE_ERROR(posenc::mrope<float>(64, {8, -1}), "sections[1] = -1");
   POSENC_REQUIRE_ERROR(posenc::axial_rope_2d<float>(64, 100.0, 30), "rotary_dim = 30");
-  POSENC_REQUIRE_ERROR(posenc::multi_axis_rotary<float>(8, {1.0, 0.5}, {0, 2}, 2), "axis_of_pair[1] = 2");
+  POSENC_REQUIRE_ERROR(posenc::multi_axis_rotary<float>(8, {1.0, 0.5}, {0, 2}, 2),
+                       "axis_of_pair[1] = 2");
   {
     auto m = posenc::mrope<float>(8, {1, 1, 2});
     rmat<float> y = rmat<float>::Zero(2, 8);
@@ -277,14 +290,18 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
   }
   // weight conversion
   rmat<float> w = rmat<float>::Zero(10, 3);
-  POSENC_REQUIRE_ERROR(posenc::rope_convert_weight(w, 4, rope_pairing::half, rope_pairing::interleaved),
-                       "weight.rows() = 10");
-  POSENC_REQUIRE_ERROR(posenc::rope_convert_weight(w, 0, rope_pairing::half, rope_pairing::interleaved),
-                       "heads = 0");
-  POSENC_REQUIRE_ERROR(posenc::rope_convert_weight(w, 2, rope_pairing::half, rope_pairing::interleaved, 3),
-                       "rotary_dim = 3");
-  POSENC_REQUIRE_ERROR(posenc::rope_dim_permutation(4, rope_pairing::half, rope_pairing::interleaved, 6),
-                       "rotary_dim = 6");
+  POSENC_REQUIRE_ERROR(
+      posenc::rope_convert_weight(w, 4, rope_pairing::half, rope_pairing::interleaved),
+      "weight.rows() = 10");
+  POSENC_REQUIRE_ERROR(
+      posenc::rope_convert_weight(w, 0, rope_pairing::half, rope_pairing::interleaved),
+      "heads = 0");
+  POSENC_REQUIRE_ERROR(
+      posenc::rope_convert_weight(w, 2, rope_pairing::half, rope_pairing::interleaved, 3),
+      "rotary_dim = 3");
+  POSENC_REQUIRE_ERROR(
+      posenc::rope_dim_permutation(4, rope_pairing::half, rope_pairing::interleaved, 6),
+      "rotary_dim = 6");
 }
 
 TEST_CASE("rotary: far positions, reserve and rotary_dim limits", "[rotary][errors][far]") {
@@ -293,9 +310,11 @@ TEST_CASE("rotary: far positions, reserve and rotary_dim limits", "[rotary][erro
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, -2), "rotary_dim = -2");
   POSENC_REQUIRE_ERROR(rotary_embedding<float>(8, kmax), "rotary_dim = 9223372036854775807");
   CHECK(rotary_embedding<float>(8, -1).rotary_dim() == 8);
-  POSENC_REQUIRE_ERROR(posenc::rope_dim_permutation(8, rope_pairing::half, rope_pairing::interleaved, -2),
-                       "rotary_dim = -2");
-  CHECK(posenc::rope_dim_permutation(8, rope_pairing::half, rope_pairing::interleaved, -1).size() == 8u);
+  POSENC_REQUIRE_ERROR(
+      posenc::rope_dim_permutation(8, rope_pairing::half, rope_pairing::interleaved, -2),
+      "rotary_dim = -2");
+  CHECK(posenc::rope_dim_permutation(8, rope_pairing::half, rope_pairing::interleaved, -1).size() ==
+        8u);
   POSENC_REQUIRE_ERROR(posenc::axial_rope_2d<float>(8, 100.0, -4), "rotary_dim = -4");
   CHECK_NOTHROW(posenc::axial_rope_2d<float>(8, 100.0, -1));
 

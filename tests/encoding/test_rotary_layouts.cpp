@@ -21,7 +21,8 @@ rmat<float> head_of(const std::vector<float>& buf, Index B, Index L, Index H, In
   rmat<float> m(L, D);
   for (Index l = 0; l < L; ++l)
     for (Index d = 0; d < D; ++d)
-      m(l, d) = buf[static_cast<std::size_t>(bhsd ? ((b * H + h) * L + l) * D + d : ((b * L + l) * H + h) * D + d)];
+      m(l, d) = buf[static_cast<std::size_t>(bhsd ? ((b * H + h) * L + l) * D + d
+                                                  : ((b * L + l) * H + h) * D + d)];
   return m;
 }
 
@@ -38,11 +39,14 @@ TEST_CASE("rotary: multi-head and batched views equal per-head application", "[r
       std::vector<Index> ids(static_cast<std::size_t>(B * L));
       for (Index i = 0; i < B * L; ++i) ids[static_cast<std::size_t>(i)] = (i * 7) % 23;
       auto buf = src;
-      const auto v = bhsd ? posenc::view_bhsd(buf.data(), B, H, L, D) : posenc::view_bshd(buf.data(), B, L, H, D);
+      const auto v = bhsd ? posenc::view_bhsd(buf.data(), B, H, L, D)
+                          : posenc::view_bshd(buf.data(), B, L, H, D);
       rope.apply(v, ids);
       std::vector<float> out(src.size(), 0.0f);
-      const auto vin = bhsd ? posenc::view_bhsd(src.data(), B, H, L, D) : posenc::view_bshd(src.data(), B, L, H, D);
-      const auto vout = bhsd ? posenc::view_bhsd(out.data(), B, H, L, D) : posenc::view_bshd(out.data(), B, L, H, D);
+      const auto vin = bhsd ? posenc::view_bhsd(src.data(), B, H, L, D)
+                            : posenc::view_bshd(src.data(), B, L, H, D);
+      const auto vout = bhsd ? posenc::view_bhsd(out.data(), B, H, L, D)
+                             : posenc::view_bshd(out.data(), B, L, H, D);
       rope.apply(vin, vout, ids);
       CHECK(std::memcmp(out.data(), buf.data(), buf.size() * sizeof(float)) == 0);
       for (Index b = 0; b < B; ++b)
@@ -55,8 +59,12 @@ TEST_CASE("rotary: multi-head and batched views equal per-head application", "[r
       auto shared = src, repeated = src;
       std::vector<Index> lids(ids.begin(), ids.begin() + L), rep(lids);
       rep.insert(rep.end(), lids.begin(), lids.end());
-      rope.apply(bhsd ? posenc::view_bhsd(shared.data(), B, H, L, D) : posenc::view_bshd(shared.data(), B, L, H, D), lids);
-      rope.apply(bhsd ? posenc::view_bhsd(repeated.data(), B, H, L, D) : posenc::view_bshd(repeated.data(), B, L, H, D), rep);
+      rope.apply(bhsd ? posenc::view_bhsd(shared.data(), B, H, L, D)
+                      : posenc::view_bshd(shared.data(), B, L, H, D),
+                 lids);
+      rope.apply(bhsd ? posenc::view_bhsd(repeated.data(), B, H, L, D)
+                      : posenc::view_bshd(repeated.data(), B, L, H, D),
+                 rep);
       CHECK(shared == repeated);
     }
 }
@@ -84,15 +92,20 @@ TEST_CASE("rotary: [L, H, D] views, fused QKV slices and GQA in one call", "[rot
       }
     }
   // out of place GQA into separate buffers leaves the input alone
-  std::vector<double> qo(static_cast<std::size_t>(L * Hq * D)), ko(static_cast<std::size_t>(L * Hk * D));
+  std::vector<double> qo(static_cast<std::size_t>(L * Hq * D)),
+      ko(static_cast<std::size_t>(L * Hk * D));
   auto src = orig;
   const auto qin = posenc::heads_view<const double>(src.data(), {1, L, Hq, D}, {0, row, D, 1});
-  const auto kin = posenc::heads_view<const double>(src.data() + Hq * D, {1, L, Hk, D}, {0, row, D, 1});
-  rope.apply_qk(qin, posenc::view_shd(qo.data(), L, Hq, D), kin, posenc::view_shd(ko.data(), L, Hk, D), 10);
+  const auto kin =
+      posenc::heads_view<const double>(src.data() + Hq * D, {1, L, Hk, D}, {0, row, D, 1});
+  rope.apply_qk(qin, posenc::view_shd(qo.data(), L, Hq, D), kin,
+                posenc::view_shd(ko.data(), L, Hk, D), 10);
   CHECK(src == orig);
   for (Index l = 0; l < L; ++l)
     for (Index h = 0; h < Hq; ++h)
-      CHECK(std::memcmp(&qo[static_cast<std::size_t>((l * Hq + h) * D)], &fused[static_cast<std::size_t>(l * row + h * D)], D * sizeof(double)) == 0);
+      CHECK(std::memcmp(&qo[static_cast<std::size_t>((l * Hq + h) * D)],
+                        &fused[static_cast<std::size_t>(l * row + h * D)],
+                        D * sizeof(double)) == 0);
 }
 
 TEST_CASE("rotary: Eigen heads of any storage order and expression inputs", "[rotary][layout]") {
@@ -121,8 +134,10 @@ TEST_CASE("rotary: Eigen heads of any storage order and expression inputs", "[ro
   CHECK_NOTHROW(rope.apply(none, 5));
 }
 
-TEST_CASE("rotary: the cache grows on demand and equals on-the-fly bit for bit", "[rotary][cache]") {
-  for (auto precision : {posenc::rope_precision::exact, posenc::rope_precision::float32_reference}) {
+TEST_CASE("rotary: the cache grows on demand and equals on-the-fly bit for bit",
+          "[rotary][cache]") {
+  for (auto precision :
+       {posenc::rope_precision::exact, posenc::rope_precision::float32_reference}) {
     posenc::rope_options cached, fly;
     cached.precision = fly.precision = precision;
     cached.max_len = 16;
@@ -156,11 +171,13 @@ TEST_CASE("rotary: the cache grows on demand and equals on-the-fly bit for bit",
     CHECK(a.cache().size() == 64);
   }
   // the cache's rows are what rope_row computes
-  posenc::rope_cache<double> cache(posenc::plain_rope_frequencies(8), posenc::rope_precision::exact, 4);
+  posenc::rope_cache<double> cache(posenc::plain_rope_frequencies(8), posenc::rope_precision::exact,
+                                   4);
   cache.ensure(10);
   CHECK(cache.size() >= 11);
   std::vector<double> c(4), s(4);
-  posenc::detail::rope_row(cache.frequencies(), posenc::rope_precision::exact, 9, rope_role::query, c.data(), s.data());
+  posenc::detail::rope_row(cache.frequencies(), posenc::rope_precision::exact, 9, rope_role::query,
+                           c.data(), s.data());
   CHECK(std::memcmp(c.data(), cache.cos(9), 4 * sizeof(double)) == 0);
   CHECK(std::memcmp(s.data(), cache.sin(9), 4 * sizeof(double)) == 0);
   CHECK(cache.cos(9)[1] == std::cos(9.0 * cache.frequencies().inv_freq[1]));
@@ -177,7 +194,8 @@ TEST_CASE("rotary: M-RoPE with equal ids on every axis is 1D RoPE", "[rotary][mu
   std::vector<Index> ids{2, 5, 8, 11, 14};
   CHECK(same_bits(y, one.rotated(x, ids)));
   // batched q/k with GQA: each head equals the one-head result
-  std::vector<float> qb(static_cast<std::size_t>(5 * 4 * 128)), kb(static_cast<std::size_t>(5 * 2 * 128));
+  std::vector<float> qb(static_cast<std::size_t>(5 * 4 * 128)),
+      kb(static_cast<std::size_t>(5 * 2 * 128));
   for (Index l = 0; l < 5; ++l) {
     for (Index h = 0; h < 4; ++h)
       Eigen::Map<rmat<float>>(&qb[static_cast<std::size_t>((l * 4 + h) * 128)], 1, 128) = x.row(l);
@@ -186,8 +204,12 @@ TEST_CASE("rotary: M-RoPE with equal ids on every axis is 1D RoPE", "[rotary][mu
   }
   m.apply_qk(posenc::view_shd(qb.data(), 5, 4, 128), posenc::view_shd(kb.data(), 5, 2, 128), p);
   for (Index l = 0; l < 5; ++l) {
-    CHECK(same_bits(Eigen::Map<rmat<float>>(&qb[static_cast<std::size_t>((l * 4 + 3) * 128)], 1, 128), y.row(l)));
-    CHECK(same_bits(Eigen::Map<rmat<float>>(&kb[static_cast<std::size_t>((l * 2 + 1) * 128)], 1, 128), y.row(l)));
+    CHECK(
+        same_bits(Eigen::Map<rmat<float>>(&qb[static_cast<std::size_t>((l * 4 + 3) * 128)], 1, 128),
+                  y.row(l)));
+    CHECK(
+        same_bits(Eigen::Map<rmat<float>>(&kb[static_cast<std::size_t>((l * 2 + 1) * 128)], 1, 128),
+                  y.row(l)));
   }
   // 2D axial: the relative property holds per axis
   auto ax = posenc::axial_rope_2d<double>(32, 100.0);

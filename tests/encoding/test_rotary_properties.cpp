@@ -86,7 +86,8 @@ TEST_CASE("rotary: rotation preserves norms", "[rotary][property]") {
       rotary_embedding<double> rope(64, r, 1e4, pairing);
       const auto x = random_matrix<double>(40, 64, 3);
       const auto y = rope.rotated(x, 1000);
-      for (Index i = 0; i < x.rows(); ++i) CHECK(std::abs(y.row(i).norm() - x.row(i).norm()) < 1e-12);
+      for (Index i = 0; i < x.rows(); ++i)
+        CHECK(std::abs(y.row(i).norm() - x.row(i).norm()) < 1e-12);
     }
 }
 
@@ -99,12 +100,15 @@ TEST_CASE("rotary: <R(m)q, R(n)k> depends only on m - n, for every scaling", "[r
                       << posenc::to_string(pairing));
       rotary_embedding<double> rope(cfg, seq_len);
       auto dot = [&](Index m, Index n) {
-        return rope.rotated(q, m, rope_role::query).row(0).dot(rope.rotated(k, n, rope_role::key).row(0));
+        return rope.rotated(q, m, rope_role::query)
+            .row(0)
+            .dot(rope.rotated(k, n, rope_role::key).row(0));
       };
       for (Index delta : {0, 1, 5, 37, 300}) {
         const double ref = dot(delta, 0);
         double worst = 0;
-        for (Index start : {1, 17, 1000, 5000}) worst = std::max(worst, std::abs(dot(start + delta, start) - ref));
+        for (Index start : {1, 17, 1000, 5000})
+          worst = std::max(worst, std::abs(dot(start + delta, start) - ref));
         INFO("delta " << delta << ": reference " << ref << ", worst deviation " << worst);
         CHECK(worst < 1e-9 * (1 + std::abs(ref)));
       }
@@ -125,9 +129,12 @@ TEST_CASE("rotary: xPos scales combine to zeta^((m - n)/scale_base)", "[rotary][
     rmat<double> e = rmat<double>::Zero(1, 16);
     e(0, i) = 1;
     const Index m = 40, n = 9;
-    const double got = rope.rotated(e, m, rope_role::query).row(0).dot(rope.rotated(e, n, rope_role::key).row(0));
+    const double got =
+        rope.rotated(e, m, rope_role::query).row(0).dot(rope.rotated(e, n, rope_role::key).row(0));
     const double zeta = (2.0 * static_cast<double>(i) / 16 + 0.4) / 1.4;
-    const double want = std::pow(zeta, static_cast<double>(m - n) / 64) * std::cos(static_cast<double>(m - n) * f.inv_freq[static_cast<std::size_t>(i)]);
+    const double want =
+        std::pow(zeta, static_cast<double>(m - n) / 64) *
+        std::cos(static_cast<double>(m - n) * f.inv_freq[static_cast<std::size_t>(i)]);
     CHECK(std::abs(got - want) < 1e-12);
   }
 }
@@ -184,7 +191,8 @@ TEST_CASE("rotary: rotating by -theta inverts", "[rotary][property]") {
     ropef.apply(v, 50);
     ropef.invert(v, 50);
     double worst = 0;
-    for (std::size_t i = 0; i < buf.size(); ++i) worst = std::max(worst, std::abs(double(buf[i]) - orig[i]));
+    for (std::size_t i = 0; i < buf.size(); ++i)
+      worst = std::max(worst, std::abs(double(buf[i]) - orig[i]));
     CHECK(worst < 2e-6);
   }
 }
@@ -192,8 +200,10 @@ TEST_CASE("rotary: rotating by -theta inverts", "[rotary][property]") {
 TEST_CASE("rotary: half and interleaved agree after the dim permutation", "[rotary][property]") {
   for (Index r : {64, 40}) {
     const auto x = random_matrix<double>(30, 64, 9);
-    const auto to_int = posenc::rope_dim_permutation(64, rope_pairing::half, rope_pairing::interleaved, r);
-    const auto to_half = posenc::rope_dim_permutation(64, rope_pairing::interleaved, rope_pairing::half, r);
+    const auto to_int =
+        posenc::rope_dim_permutation(64, rope_pairing::half, rope_pairing::interleaved, r);
+    const auto to_half =
+        posenc::rope_dim_permutation(64, rope_pairing::interleaved, rope_pairing::half, r);
     rmat<double> px(30, 64);
     for (Index j = 0; j < 64; ++j) px.col(j) = x.col(to_int[static_cast<std::size_t>(j)]);
     rotary_embedding<double> half(64, r, 1e4, rope_pairing::half);
@@ -208,7 +218,8 @@ TEST_CASE("rotary: half and interleaved agree after the dim permutation", "[rota
   }
 }
 
-TEST_CASE("rotary: converted Q/K weights give identical attention scores", "[rotary][property][convert]") {
+TEST_CASE("rotary: converted Q/K weights give identical attention scores",
+          "[rotary][property][convert]") {
   // GQA: 4 query heads, 2 KV heads, head dim 16, partial rotary 12, model dim 24
   const Index hq = 4, hk = 2, d = 16, r = 12, dm = 24, L = 7;
   const auto wq = random_matrix<double>(hq * d, dm, 21);
@@ -223,15 +234,18 @@ TEST_CASE("rotary: converted Q/K weights give identical attention scores", "[rot
       s.middleRows(h * L, L) = q.middleCols(h * d, d) * k.middleCols((h / 2) * d, d).transpose();
     return s;
   };
-  const auto wq_i = posenc::rope_convert_weight(wq, hq, rope_pairing::half, rope_pairing::interleaved, r);
-  const auto wk_i = posenc::rope_convert_weight(wk, hk, rope_pairing::half, rope_pairing::interleaved, r);
+  const auto wq_i =
+      posenc::rope_convert_weight(wq, hq, rope_pairing::half, rope_pairing::interleaved, r);
+  const auto wk_i =
+      posenc::rope_convert_weight(wk, hk, rope_pairing::half, rope_pairing::interleaved, r);
   const auto s_half = scores(wq, wk, rope_pairing::half);
   const auto s_int = scores(wq_i, wk_i, rope_pairing::interleaved);
   CHECK(max_abs_diff(s_half, s_int) < 1e-12 * (1 + s_half.cwiseAbs().maxCoeff()));
   // the wrong pairing on unconverted weights is not the same model
   CHECK(max_abs_diff(s_half, scores(wq, wk, rope_pairing::interleaved)) > 1e-3);
   // and back: the round trip is the identity, bit for bit
-  CHECK(same_bits(posenc::rope_convert_weight(wq_i, hq, rope_pairing::interleaved, rope_pairing::half, r), wq));
+  CHECK(same_bits(
+      posenc::rope_convert_weight(wq_i, hq, rope_pairing::interleaved, rope_pairing::half, r), wq));
   // tail rows (dims r..d-1 of each head) never move
   CHECK(same_bits(wq_i.middleRows(r, d - r), wq.middleRows(r, d - r)));
 }

@@ -2,14 +2,12 @@
 // Shared helpers of the rotary tests.
 
 #include <Eigen/Core>
-
 #include <cstdint>
 #include <cstring>
+#include <posenc/encoding/rotary.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <posenc/encoding/rotary.hpp>
 
 #include "support/check.hpp"
 #include "support/golden.hpp"

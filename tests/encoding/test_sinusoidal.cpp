@@ -1,7 +1,6 @@
+#include <cmath>
 #include <posenc/encoding/properties.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
-
-#include <cmath>
 #include <random>
 #include <vector>
 
@@ -21,7 +20,8 @@ TEST_CASE("the classic 10x6 table", "[sinusoidal][golden]") {
   CHECK(posenc_test::max_abs_diff(t, golden) < 1e-15);
   // Row 1 to four decimals, as every tutorial prints it.
   const double row1[6] = {0.8415, 0.5403, 0.0464, 0.9989, 0.0022, 1.0000};
-  for (int j = 0; j < 6; ++j) CHECK(std::round(t(1, j) * 1e4) / 1e4 == Approx(row1[j]).margin(1e-12));
+  for (int j = 0; j < 6; ++j)
+    CHECK(std::round(t(1, j) * 1e4) / 1e4 == Approx(row1[j]).margin(1e-12));
   // Row 0 is [0 1 0 1 0 1].
   for (int j = 0; j < 6; ++j) CHECK(t(0, j) == (j % 2 == 0 ? 0.0 : 1.0));
 }
@@ -40,8 +40,10 @@ TEST_CASE("vaswani tables match the reference (double and float, bases, offsets)
           Approx(std::pow(500.0, -2.0 * static_cast<double>(i) / 10.0)).epsilon(1e-15));
 }
 
-TEST_CASE("float32 is within 1e-6 of float64 up to position 1,000,000", "[sinusoidal][golden][accuracy]") {
-  const auto pos_m = posenc_test::golden_matrix<std::int64_t>("absolute_vaswani_large_positions.npy");
+TEST_CASE("float32 is within 1e-6 of float64 up to position 1,000,000",
+          "[sinusoidal][golden][accuracy]") {
+  const auto pos_m =
+      posenc_test::golden_matrix<std::int64_t>("absolute_vaswani_large_positions.npy");
   const auto golden = posenc_test::golden_matrix<double>("absolute_vaswani_large_d64.npy");
   std::vector<Index> pos(static_cast<std::size_t>(pos_m.size()));
   for (Index i = 0; i < pos_m.size(); ++i) pos[static_cast<std::size_t>(i)] = pos_m.data()[i];
@@ -64,7 +66,8 @@ TEST_CASE("float32 is within 1e-6 of float64 up to position 1,000,000", "[sinuso
   CHECK(posenc_test::max_abs_diff(sweep_f, sweep_d) < 1e-6);
 }
 
-TEST_CASE("fairseq preset: blocked layout, padding row, odd width", "[sinusoidal][golden][fairseq]") {
+TEST_CASE("fairseq preset: blocked layout, padding row, odd width",
+          "[sinusoidal][golden][fairseq]") {
   const posenc::sinusoidal<double> pad(sinusoidal_config::fairseq(10, 1));
   const auto g = posenc_test::golden_matrix<double>("absolute_fairseq_d10_pad1.npy");
   const rowmat t = pad.table(20);
@@ -72,7 +75,8 @@ TEST_CASE("fairseq preset: blocked layout, padding row, odd width", "[sinusoidal
   CHECK(t.row(1).isZero(0));
   CHECK(pad.fairseq_first_position() == 2);
   // fairseq's tokens t = 0, 1, ... of an unpadded sentence use rows padding_idx + 1 + t.
-  CHECK(posenc_test::max_abs_diff(pad.table(5, pad.fairseq_first_position()), g.middleRows(2, 5)) < 1e-13);
+  CHECK(posenc_test::max_abs_diff(pad.table(5, pad.fairseq_first_position()), g.middleRows(2, 5)) <
+        1e-13);
   // at() also zeroes the padding position.
   CHECK(pad.at(std::vector<Index>{1, 3}).row(0).isZero(0));
 
@@ -85,17 +89,19 @@ TEST_CASE("fairseq preset: blocked layout, padding row, odd width", "[sinusoidal
   CHECK(odd.cos_column(2) == 5);
 }
 
-TEST_CASE("t2t preset: timing signal, start index, odd width, timescales", "[sinusoidal][golden][t2t]") {
+TEST_CASE("t2t preset: timing signal, start index, odd width, timescales",
+          "[sinusoidal][golden][t2t]") {
   const posenc::sinusoidal<double> t9(sinusoidal_config::t2t(9));
-  CHECK(posenc_test::max_abs_diff(t9.table(12, 5),
-                                  posenc_test::golden_matrix<double>("absolute_t2t_d9_start5.npy")) < 1e-13);
+  CHECK(posenc_test::max_abs_diff(t9.table(12, 5), posenc_test::golden_matrix<double>(
+                                                       "absolute_t2t_d9_start5.npy")) < 1e-13);
   CHECK(t9.table(12, 5).col(8).isZero(0));
   // d = 3: one frequency (t2t's max(n - 1, 1) guard) and a zero column.
   const posenc::sinusoidal<double> t3(sinusoidal_config::t2t(3));
-  CHECK(posenc_test::max_abs_diff(t3.table(6), posenc_test::golden_matrix<double>("absolute_t2t_d3.npy")) < 1e-13);
+  CHECK(posenc_test::max_abs_diff(
+            t3.table(6), posenc_test::golden_matrix<double>("absolute_t2t_d3.npy")) < 1e-13);
   const posenc::sinusoidal<double> t8(sinusoidal_config::t2t(8, 2.0, 500.0));
-  CHECK(posenc_test::max_abs_diff(t8.table(10),
-                                  posenc_test::golden_matrix<double>("absolute_t2t_d8_min2_max500.npy")) < 1e-13);
+  CHECK(posenc_test::max_abs_diff(t8.table(10), posenc_test::golden_matrix<double>(
+                                                    "absolute_t2t_d8_min2_max500.npy")) < 1e-13);
   // fairseq and t2t agree when neither pads nor changes the timescales.
   const posenc::sinusoidal<double> fs(sinusoidal_config::fairseq(16));
   const posenc::sinusoidal<double> tt(sinusoidal_config::t2t(16));
@@ -192,7 +198,8 @@ TEST_CASE("add_to: [seq, d], [batch, seq, d], scaling by sqrt(d), views", "[sinu
     }
 }
 
-TEST_CASE("property: PE(p + k) = T_k PE(p) to 1e-12 for p <= 1000, k <= 100", "[sinusoidal][property]") {
+TEST_CASE("property: PE(p + k) = T_k PE(p) to 1e-12 for p <= 1000, k <= 100",
+          "[sinusoidal][property]") {
   for (auto cfg : {sinusoidal_config::vaswani(64), sinusoidal_config::fairseq(33),
                    sinusoidal_config::t2t(20, 1.0, 1000.0)}) {
     const posenc::sinusoidal<double> enc(cfg);
@@ -203,7 +210,9 @@ TEST_CASE("property: PE(p + k) = T_k PE(p) to 1e-12 for p <= 1000, k <= 100", "[
       const rowmat shifted = table.topRows(1001) * tk.transpose();
       worst = std::max(worst, posenc_test::max_abs_diff(shifted, table.middleRows(k, 1001)));
       // T_k is orthogonal and T_{-k} = T_k^T
-      CHECK((tk * tk.transpose() - posenc::property_matrix::Identity(enc.dim(), enc.dim())).cwiseAbs().maxCoeff() < 1e-14);
+      CHECK((tk * tk.transpose() - posenc::property_matrix::Identity(enc.dim(), enc.dim()))
+                .cwiseAbs()
+                .maxCoeff() < 1e-14);
       CHECK(posenc_test::max_abs_diff(posenc::offset_rotation(enc, -k), tk.transpose()) < 1e-15);
     }
     INFO("preset " << posenc::to_string(cfg.preset) << " worst " << worst);
@@ -253,7 +262,8 @@ TEST_CASE("property: cosine similarity and minimum pairwise distance", "[sinusoi
   CHECK(cp.second == cp.first + 1);
   double brute = 1e300;
   for (Index i = 0; i < 50; ++i)
-    for (Index j = i + 1; j < 50; ++j) brute = std::min(brute, (table.row(i) - table.row(j)).norm());
+    for (Index j = i + 1; j < 50; ++j)
+      brute = std::min(brute, (table.row(i) - table.row(j)).norm());
   CHECK(cp.distance == Approx(brute).epsilon(1e-12));
   // A duplicated row is found at distance 0.
   rowmat dup = table.topRows(6);
@@ -285,7 +295,8 @@ TEST_CASE("sinusoidal errors name the parameter and its value", "[sinusoidal][er
   POSENC_REQUIRE_ERROR(enc.table(-1), "len = -1");
   const Index huge = Index{1} << 60;
   POSENC_REQUIRE_ERROR(enc.table(1, huge), "offset = 1152921504606846976");
-  POSENC_REQUIRE_ERROR(enc.table(10, posenc::sinusoidal_max_position), "offset + len - 1 = 9007199254741001");
+  POSENC_REQUIRE_ERROR(enc.table(10, posenc::sinusoidal_max_position),
+                       "offset + len - 1 = 9007199254741001");
   POSENC_REQUIRE_ERROR(enc.at(std::vector<Index>{1, -huge}), "positions[1] = -1152921504606846976");
   Eigen::Matrix<Index, 2, 2> not_vector;
   not_vector.setZero();

@@ -1,9 +1,8 @@
-#include <posenc/io/tensor.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <posenc/io/tensor.hpp>
 #include <random>
 
 #include "io_test_util.hpp"
@@ -25,9 +24,12 @@ float from_bits(std::uint32_t u) {
 double half_by_formula(std::uint16_t h) {
   const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
   double v;
-  if (e == 31) v = m == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
-  else if (e == 0) v = std::ldexp(static_cast<double>(m), -24);
-  else v = std::ldexp(1.0 + m / 1024.0, e - 15);
+  if (e == 31)
+    v = m == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  else if (e == 0)
+    v = std::ldexp(static_cast<double>(m), -24);
+  else
+    v = std::ldexp(1.0 + m / 1024.0, e - 15);
   return s ? -v : v;
 }
 
@@ -40,7 +42,8 @@ void check_nearest_even(double x, std::uint16_t bits, Decode decode, std::uint16
   INFO("x = " << x << " bits = " << bits);
   if (std::isinf(got)) {
     // Overflow only when x is at least halfway past the largest finite value.
-    const double mx = decode(max_finite), below = decode(static_cast<std::uint16_t>(max_finite - 1));
+    const double mx = decode(max_finite),
+                 below = decode(static_cast<std::uint16_t>(max_finite - 1));
     CHECK(std::fabs(x) >= mx + (mx - below) / 2);
     return;
   }
@@ -72,7 +75,7 @@ TEST_CASE("f16: every code round-trips and matches the formula", "[io][half]") {
       REQUIRE(std::signbit(f) == ((h & 0x8000) != 0));
       const std::uint16_t back = io::float_to_half(f);
       REQUIRE((back & 0x7C00) == 0x7C00);
-      REQUIRE((back & 0x3FF) != 0);  // still NaN
+      REQUIRE((back & 0x3FF) != 0);       // still NaN
       if (h & 0x200) REQUIRE(back == h);  // quiet NaNs keep their payload exactly
       continue;
     }
@@ -112,12 +115,13 @@ TEST_CASE("f16/bf16: rounding to nearest even, overflow, subnormals", "[io][half
   CHECK(io::float_to_half(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
   CHECK(io::float_to_half(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even: zero
   CHECK(io::float_to_half(std::ldexp(1.5f, -25)) == 0x0001);
-  CHECK(io::float_to_half(std::ldexp(3.0f, -25)) == 0x0002);  // 1.5 ulp: tie, to even
-  CHECK(io::float_to_half(-std::ldexp(1.0f, -26)) == 0x8000);  // signed zero
-  CHECK(io::float_to_half(std::ldexp(1023.5f, -24)) == 0x0400);  // rounds up into the normals
+  CHECK(io::float_to_half(std::ldexp(3.0f, -25)) == 0x0002);         // 1.5 ulp: tie, to even
+  CHECK(io::float_to_half(-std::ldexp(1.0f, -26)) == 0x8000);        // signed zero
+  CHECK(io::float_to_half(std::ldexp(1023.5f, -24)) == 0x0400);      // rounds up into the normals
   CHECK(io::float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie, even
   CHECK(io::float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie, even
-  CHECK(io::float_to_half(2047.0f / 1024.0f * 1.0f + std::ldexp(1.0f, -11)) == 0x4000);  // carry into exponent
+  CHECK(io::float_to_half(2047.0f / 1024.0f * 1.0f + std::ldexp(1.0f, -11)) ==
+        0x4000);  // carry into exponent
   // One rounding straight from double: via float this would be a tie and round down.
   CHECK(io::double_to_half(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)) == 0x3C01);
   CHECK(io::double_to_half(1e-300) == 0x0000);

@@ -1,6 +1,5 @@
-#include <posenc/io/npy.hpp>
-
 #include <cstdint>
+#include <posenc/io/npy.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,7 +23,8 @@ TEST_CASE("npy: numpy-written float fixtures of rank 0 to 4", "[io][npy]") {
     const auto f = io::read_npy<float>(data_path("io/f4_2x3.npy"));
     CHECK(f.shape == std::vector<Index>{2, 3});
     REQUIRE(f.data.size() == 6);
-    for (int i = 0; i < 6; ++i) CHECK(f.data[static_cast<std::size_t>(i)] == static_cast<float>(ramp(i)));
+    for (int i = 0; i < 6; ++i)
+      CHECK(f.data[static_cast<std::size_t>(i)] == static_cast<float>(ramp(i)));
     const auto m = io::read_npy_matrix<double>(data_path("io/f4_2x3.npy"), 2, 3);
     CHECK(m(1, 2) == ramp(5));
     CHECK(m(0, 1) == ramp(1));
@@ -49,7 +49,8 @@ TEST_CASE("npy: numpy-written float fixtures of rank 0 to 4", "[io][npy]") {
     for (int i = 0; i < 24; ++i) CHECK(t3.data[static_cast<std::size_t>(i)] == ramp(i));
     const auto t4 = io::read_npy<float>(data_path("io/f8_1x2x2x3.npy"));
     CHECK(t4.shape == std::vector<Index>{1, 2, 2, 3});
-    for (int i = 0; i < 12; ++i) CHECK(t4.data[static_cast<std::size_t>(i)] == static_cast<float>(ramp(i)));
+    for (int i = 0; i < 12; ++i)
+      CHECK(t4.data[static_cast<std::size_t>(i)] == static_cast<float>(ramp(i)));
     POSENC_REQUIRE_ERROR(io::read_npy_matrix<double>(data_path("io/f8_2x3x4.npy")), "rank = 3");
   }
   SECTION("empty [0,3]") {
@@ -89,7 +90,8 @@ TEST_CASE("npy: header info without the data", "[io][npy]") {
   CHECK(io::read_npy_info(data_path("io/f2_specials.npy")).type == io::dtype::f16);
   CHECK(io::read_npy_info(data_path("io/b1_4.npy")).type == io::dtype::boolean);
   CHECK(io::read_npy_info(data_path("io/f8_rank0.npy")).shape.empty());
-  POSENC_REQUIRE_ERROR(io::read_npy_info(data_path("io/f8_fortran_2x3.npy")), "fortran_order = True");
+  POSENC_REQUIRE_ERROR(io::read_npy_info(data_path("io/f8_fortran_2x3.npy")),
+                       "fortran_order = True");
   POSENC_REQUIRE_ERROR(io::read_npy_info(data_path("io/wpe.safetensors")), "bad magic");
 }
 
@@ -113,18 +115,22 @@ TEST_CASE("npy: integer and bool fixtures, exact conversions", "[io][npy]") {
   CHECK(b1.data == std::vector<float>{1, 0, 0, 1});
   const std::string int_valued = write_bytes(
       "int_valued.npy", npy_raw("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
-                                posenc_test::le_bytes(0xC000000000000000ull, 8) +      // -2.0
+                                posenc_test::le_bytes(0xC000000000000000ull, 8) +       // -2.0
                                     posenc_test::le_bytes(0x4059000000000000ull, 8)));  // 100.0
   const auto f8i = io::read_npy<std::int32_t>(int_valued);
   CHECK(f8i.data == std::vector<std::int32_t>{-2, 100});
 
   SECTION("inexact conversions are errors naming the path, dtype and element") {
-    POSENC_REQUIRE_ERROR(io::read_npy<std::int64_t>(data_path("io/f8_frac_3.npy")), "element 1 (2.5");
+    POSENC_REQUIRE_ERROR(io::read_npy<std::int64_t>(data_path("io/f8_frac_3.npy")),
+                         "element 1 (2.5");
     POSENC_REQUIRE_ERROR(io::read_npy<std::int64_t>(data_path("io/f8_frac_3.npy")), "'<f8'");
-    POSENC_REQUIRE_ERROR(io::read_npy<std::int64_t>(data_path("io/f8_frac_3.npy")), "f8_frac_3.npy");
-    POSENC_REQUIRE_ERROR(io::read_npy<std::uint8_t>(data_path("io/i8_2x4.npy")), "element 0 (-3000009)");
+    POSENC_REQUIRE_ERROR(io::read_npy<std::int64_t>(data_path("io/f8_frac_3.npy")),
+                         "f8_frac_3.npy");
+    POSENC_REQUIRE_ERROR(io::read_npy<std::uint8_t>(data_path("io/i8_2x4.npy")),
+                         "element 0 (-3000009)");
     POSENC_REQUIRE_ERROR(io::read_npy<std::int32_t>(data_path("io/f2_specials.npy")), "element 5");
-    POSENC_REQUIRE_ERROR(io::read_npy<std::int64_t>(data_path("io/f2_specials.npy")), "does not convert exactly to the requested i64");
+    POSENC_REQUIRE_ERROR(io::read_npy<std::int64_t>(data_path("io/f2_specials.npy")),
+                         "does not convert exactly to the requested i64");
     // 2^53 + 1 is not a double; 2^24 + 1 is not a float.
     const std::string big = write_bytes(
         "big_i8.npy", npy_raw("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }",
@@ -157,8 +163,8 @@ TEST_CASE("npy: the writer is byte-identical to numpy.save", "[io][npy]") {
     io::write_npy(tmp_path("w_f4.npy"), t);
     CHECK(read_bytes(tmp_path("w_f4.npy")) == read_bytes(data_path("io/f4_2x3.npy")));
   }
-  for (const char* f : {"io/f8_rank0.npy", "io/f8_rank1.npy", "io/f8_2x3x4.npy", "io/f8_1x2x2x3.npy",
-                        "io/f8_0x3.npy", "io/f8_rank20.npy"}) {
+  for (const char* f : {"io/f8_rank0.npy", "io/f8_rank1.npy", "io/f8_2x3x4.npy",
+                        "io/f8_1x2x2x3.npy", "io/f8_0x3.npy", "io/f8_rank20.npy"}) {
     INFO(f);
     const auto t = io::read_npy<double>(data_path(f));
     io::write_npy(tmp_path("w_f8.npy"), t);
@@ -198,7 +204,8 @@ void round_trip_random_shapes(std::mt19937_64& rng, const char* label) {
   for (int trial = 0; trial < 40; ++trial) {
     const int rank = trial % 5;  // 0..4
     std::vector<Index> shape;
-    for (int a = 0; a < rank; ++a) shape.push_back(static_cast<Index>(rng() % 6));  // zeros included
+    for (int a = 0; a < rank; ++a)
+      shape.push_back(static_cast<Index>(rng() % 6));  // zeros included
     io::tensor<Scalar> t;
     t.shape = shape;
     t.data.resize(static_cast<std::size_t>(t.size()));
@@ -226,11 +233,12 @@ TEST_CASE("npy: random round-trips for every written dtype and rank 0..4", "[io]
 TEST_CASE("npy: Eigen matrices are written in logical row-major order", "[io][npy]") {
   Eigen::MatrixXd col(3, 4);  // column-major storage
   for (Index i = 0; i < 3; ++i)
-    for (Index j = 0; j < 4; ++j) col(i, j) = 10.0 * static_cast<double>(i) + static_cast<double>(j);
+    for (Index j = 0; j < 4; ++j)
+      col(i, j) = 10.0 * static_cast<double>(i) + static_cast<double>(j);
   io::write_npy(tmp_path("eigen_col.npy"), col);
   const auto t = io::read_npy<double>(tmp_path("eigen_col.npy"));
   CHECK(t.shape == std::vector<Index>{3, 4});
-  CHECK(t.data[1] == 1.0);  // (0, 1)
+  CHECK(t.data[1] == 1.0);   // (0, 1)
   CHECK(t.data[4] == 10.0);  // (1, 0)
   const auto back = io::read_npy_matrix<double>(tmp_path("eigen_col.npy"), 3, 4);
   CHECK(posenc_test::max_abs_diff(back, col) == 0.0);
@@ -246,26 +254,28 @@ TEST_CASE("npy: Eigen matrices are written in logical row-major order", "[io][np
   SECTION("expected shape mismatches name rows and cols") {
     POSENC_REQUIRE_ERROR(io::read_npy_matrix<double>(tmp_path("eigen_col.npy"), 4, 4), "rows = 3");
     POSENC_REQUIRE_ERROR(io::read_npy_matrix<double>(tmp_path("eigen_col.npy"), 3, 5), "cols = 4");
-    POSENC_REQUIRE_ERROR(io::read_npy_matrix<double>(tmp_path("eigen_col.npy"), -1, 5), "expected 5");
+    POSENC_REQUIRE_ERROR(io::read_npy_matrix<double>(tmp_path("eigen_col.npy"), -1, 5),
+                         "expected 5");
   }
 }
 
 TEST_CASE("npy: header variants that numpy accepts", "[io][npy]") {
   const std::string data = posenc_test::le_bytes(0x3FF0000000000000ull, 8) +
                            posenc_test::le_bytes(0x4000000000000000ull, 8);  // 1.0, 2.0
-  for (const std::string dict :
-       {"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
-        "{'shape': (2,), 'fortran_order': False, 'descr': '<f8'}",
-        "{\"descr\": \"=f8\", \"fortran_order\": False, \"shape\": (2L,)}",
-        "  {'descr':'<f8','fortran_order':False,'shape':( 2 , ) }   ",
-        "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }"}) {
+  for (const std::string dict : {"{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                                 "{'shape': (2,), 'fortran_order': False, 'descr': '<f8'}",
+                                 "{\"descr\": \"=f8\", \"fortran_order\": False, \"shape\": (2L,)}",
+                                 "  {'descr':'<f8','fortran_order':False,'shape':( 2 , ) }   ",
+                                 "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }"}) {
     INFO(dict);
-    const auto m = io::read_npy_matrix<double>(write_bytes("variant.npy", npy_raw(dict, data)), 1, 2);
+    const auto m =
+        io::read_npy_matrix<double>(write_bytes("variant.npy", npy_raw(dict, data)), 1, 2);
     CHECK(m(0, 0) == 1.0);
     CHECK(m(0, 1) == 2.0);
   }
   const auto b = io::read_npy<std::uint8_t>(write_bytes(
-      "u1_pipe.npy", npy_raw("{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", "\x01\x02\xff")));
+      "u1_pipe.npy",
+      npy_raw("{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", "\x01\x02\xff")));
   CHECK(b.data == std::vector<std::uint8_t>{1, 2, 255});
   const auto c = io::read_npy<std::uint8_t>(write_bytes(
       "u1_lt.npy", npy_raw("{'descr': '<u1', 'fortran_order': False, 'shape': (1,), }", "\x07")));
@@ -281,11 +291,12 @@ TEST_CASE("npy: corrupted and unsupported files are clear errors", "[io][npy]") 
 
   POSENC_REQUIRE_ERROR(io::read_npy<double>(tmp_path("does/not/exist.npy")), "cannot open");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(tmp_path("does/not/exist.npy")), "path = ");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(std::string(POSENC_TEST_TMP_DIR)), "path = ");  // a directory
+  POSENC_REQUIRE_ERROR(io::read_npy<double>(std::string(POSENC_TEST_TMP_DIR)),
+                       "path = ");  // a directory
   POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("empty.npy", "")), "truncated");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("short.npy", "\x93NUMP")), "truncated");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("magic.npy", "PK\x03\x04 this is a zip file")),
-                       "bad magic");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(write_bytes("magic.npy", "PK\x03\x04 this is a zip file")), "bad magic");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("v4.npy", npy_raw(ok, f8x2, 4, 0))),
                        "unsupported .npy version 4.0");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("v11.npy", npy_raw(ok, f8x2, 1, 1))),
@@ -297,42 +308,57 @@ TEST_CASE("npy: corrupted and unsupported files are clear errors", "[io][npy]") 
     std::string s = npy_raw(ok, f8x2);
     s[8] = '\xff';
     s[9] = '\xff';
-    POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("hlen.npy", s)), "runs past the end of the file");
+    POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("hlen.npy", s)),
+                         "runs past the end of the file");
     std::string s2 = npy_raw(ok, f8x2, 2, 0);
     s2[11] = '\x7f';
     POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("hlen2.npy", s2)), "header length 21");
-    POSENC_REQUIRE_ERROR(io::read_npy<double>(write_bytes("hlen3.npy", std::string("\x93NUMPY\x02\x00\x05", 9))),
-                         "truncated");
+    POSENC_REQUIRE_ERROR(
+        io::read_npy<double>(write_bytes("hlen3.npy", std::string("\x93NUMPY\x02\x00\x05", 9))),
+        "truncated");
   }
   // Malformed dicts.
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("'descr': '<f8', 'fortran_order': False, 'shape': (2,)", f8x2)),
-                       "expected '{'");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)", f8x2)),
-                       "expected ',' or '}'");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8, 'fortran_order': False, 'shape': (2,)}", f8x2)),
-                       "malformed header");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)}}", f8x2)),
-                       "unexpected characters after the header dict");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': false, 'shape': (2,)}", f8x2)),
-                       "True or False");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2)}", f8x2)),
-                       "trailing comma");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': [2]}", f8x2)),
-                       "expected '('");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2.0,)}", f8x2)),
-                       "expected ',' or ')'");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (x,)}", f8x2)),
-                       "non-negative integer");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (-2,)}", f8x2)),
-                       "negative extent");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,)}", f8x2)),
+      io::read_npy<double>(npy("'descr': '<f8', 'fortran_order': False, 'shape': (2,)", f8x2)),
+      "expected '{'");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)", f8x2)),
+      "expected ',' or '}'");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8, 'fortran_order': False, 'shape': (2,)}", f8x2)),
+      "malformed header");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)}}", f8x2)),
+      "unexpected characters after the header dict");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': false, 'shape': (2,)}", f8x2)),
+      "True or False");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2)}", f8x2)),
+      "trailing comma");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': [2]}", f8x2)),
+      "expected '('");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2.0,)}", f8x2)),
+      "expected ',' or ')'");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (x,)}", f8x2)),
+      "non-negative integer");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (-2,)}", f8x2)),
+      "negative extent");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy(
+          "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,)}", f8x2)),
       "shape extent overflows");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", f8x2)),
+      io::read_npy<double>(
+          npy("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", f8x2)),
       "shape product overflows at axis 1");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1152921504606846976,)}", f8x2)),
+      io::read_npy<double>(
+          npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1152921504606846976,)}", f8x2)),
       "shape product overflows at axis 0");  // 2^60 elements * 8 bytes
   POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False}", f8x2)),
                        "no 'shape'");
@@ -341,39 +367,56 @@ TEST_CASE("npy: corrupted and unsupported files are clear errors", "[io][npy]") 
   POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'shape': (2,)}", f8x2)),
                        "no 'fortran_order'");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (2,)}", f8x2)),
+      io::read_npy<double>(
+          npy("{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (2,)}", f8x2)),
       "duplicate key 'descr'");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'shape': (2,)}", f8x2)),
+      io::read_npy<double>(
+          npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'shape': (2,)}", f8x2)),
       "duplicate key 'shape'");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'fortran_order': False, 'shape': (2,)}", f8x2)),
+      io::read_npy<double>(npy(
+          "{'descr': '<f8', 'fortran_order': False, 'fortran_order': False, 'shape': (2,)}", f8x2)),
       "duplicate key 'fortran_order'");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'extra': 1}", f8x2)),
+      io::read_npy<double>(
+          npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'extra': 1}", f8x2)),
       "unexpected header key 'extra'");
   POSENC_REQUIRE_ERROR(
-      io::read_npy<double>(npy("{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (2,)}", f8x2)),
+      io::read_npy<double>(
+          npy("{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (2,)}", f8x2)),
       "structured dtypes");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f\\x38', 'fortran_order': False, 'shape': (2,)}", f8x2)),
+  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy(
+                           "{'descr': '<f\\x38', 'fortran_order': False, 'shape': (2,)}", f8x2)),
                        "unsupported character");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)}\xc3\xa9", f8x2)),
-                       "non-ASCII");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy(std::string("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)}\0", 56), f8x2)),
-                       "NUL");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(
+          npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)}\xc3\xa9", f8x2)),
+      "non-ASCII");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(
+          npy(std::string("{'descr': '<f8', 'fortran_order': False, 'shape': (2,)}\0", 56), f8x2)),
+      "NUL");
   // Unsupported layouts and dtypes.
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(data_path("io/f8_fortran_2x3.npy")), "fortran_order = True");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(data_path("io/f4_bigendian_3.npy")), "dtype '>f4': big-endian");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '|f8', 'fortran_order': False, 'shape': (2,)}", f8x2)),
-                       "'|' is ambiguous");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<c16', 'fortran_order': False, 'shape': (1,)}", f8x2)),
-                       "dtype '<c16': not a supported dtype");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': 'O', 'fortran_order': False, 'shape': (2,)}", f8x2)),
-                       "dtype 'O'");
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy("{'descr': '<U3', 'fortran_order': False, 'shape': (2,)}", f8x2)),
-                       "not a supported dtype");
+  POSENC_REQUIRE_ERROR(io::read_npy<double>(data_path("io/f8_fortran_2x3.npy")),
+                       "fortran_order = True");
+  POSENC_REQUIRE_ERROR(io::read_npy<double>(data_path("io/f4_bigendian_3.npy")),
+                       "dtype '>f4': big-endian");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '|f8', 'fortran_order': False, 'shape': (2,)}", f8x2)),
+      "'|' is ambiguous");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<c16', 'fortran_order': False, 'shape': (1,)}", f8x2)),
+      "dtype '<c16': not a supported dtype");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': 'O', 'fortran_order': False, 'shape': (2,)}", f8x2)),
+      "dtype 'O'");
+  POSENC_REQUIRE_ERROR(
+      io::read_npy<double>(npy("{'descr': '<U3', 'fortran_order': False, 'shape': (2,)}", f8x2)),
+      "not a supported dtype");
   // Data length.
-  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy(ok, zeros(15))), "truncated data: shape needs 16 bytes, the file has 15");
+  POSENC_REQUIRE_ERROR(io::read_npy<double>(npy(ok, zeros(15))),
+                       "truncated data: shape needs 16 bytes, the file has 15");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(npy(ok, "")), "truncated data");
   POSENC_REQUIRE_ERROR(io::read_npy<double>(npy(ok, zeros(17))), "1 trailing bytes");
   {
@@ -388,7 +431,8 @@ TEST_CASE("npy: corrupted and unsupported files are clear errors", "[io][npy]") 
 
 TEST_CASE("npy: writer errors and the version 2.0 header", "[io][npy]") {
   const std::vector<double> v(4, 1.0);
-  POSENC_REQUIRE_ERROR(io::write_npy(tmp_path("neg.npy"), v.data(), {2, -2}), "shape[1] = -2 is negative");
+  POSENC_REQUIRE_ERROR(io::write_npy(tmp_path("neg.npy"), v.data(), {2, -2}),
+                       "shape[1] = -2 is negative");
   POSENC_REQUIRE_ERROR(io::write_npy(tmp_path("no/such/dir/x.npy"), v.data(), {4}),
                        "cannot open the file for writing");
   POSENC_REQUIRE_ERROR(io::write_npy<double>(tmp_path("null.npy"), nullptr, {4}), "data = nullptr");
@@ -412,7 +456,8 @@ TEST_CASE("npy: writer errors and the version 2.0 header", "[io][npy]") {
   CHECK(s[6] == '\x02');
   CHECK(s[7] == '\x00');
   std::uint64_t hlen = 0;
-  for (int i = 3; i >= 0; --i) hlen = (hlen << 8) | static_cast<unsigned char>(s[8 + static_cast<std::size_t>(i)]);
+  for (int i = 3; i >= 0; --i)
+    hlen = (hlen << 8) | static_cast<unsigned char>(s[8 + static_cast<std::size_t>(i)]);
   CHECK((12 + hlen) % 64 == 0);
   CHECK(s.size() == 12 + hlen + 8);
   CHECK(s[12 + hlen - 1] == '\n');

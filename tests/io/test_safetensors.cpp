@@ -1,8 +1,7 @@
-#include <posenc/io/safetensors.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <posenc/io/safetensors.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,7 +22,8 @@ namespace io = posenc::io;
 
 namespace {
 
-const std::string kUnicodeName = "wpe/\"pos\" \xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80";  // wpe/"pos" é中😀
+const std::string kUnicodeName =
+    "wpe/\"pos\" \xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80";  // wpe/"pos" é中😀
 
 /// A .safetensors file from a header text (not padded) and a data buffer.
 std::string st(const std::string& json, const std::string& data) {
@@ -39,13 +39,13 @@ std::string st_path(const std::string& json, const std::string& data) {
 TEST_CASE("safetensors: fixtures written by the Python reference writer", "[io][safetensors]") {
   const std::string mixed = data_path("io/mixed.safetensors");
   const std::vector<std::string> names = io::safetensors_names(mixed);
-  CHECK(names == std::vector<std::string>{"ramp_f32", "ramp_f64", "specials_f16", "specials_f16_as_f64",
-                                          "specials_bf16", "specials_bf16_as_f64", "specials_f32", "iramp_i64",
-                                          "iramp_i32", "bytes_u8", "mask_bool", "scalar_f64", "empty_f32",
-                                          "ramp_1x2x2x3_f32", kUnicodeName});
+  CHECK(names == std::vector<std::string>{
+                     "ramp_f32", "ramp_f64", "specials_f16", "specials_f16_as_f64", "specials_bf16",
+                     "specials_bf16_as_f64", "specials_f32", "iramp_i64", "iramp_i32", "bytes_u8",
+                     "mask_bool", "scalar_f64", "empty_f32", "ramp_1x2x2x3_f32", kUnicodeName});
   const io::safetensors_header h = io::read_safetensors_header(mixed);
-  CHECK(h.metadata == std::vector<std::pair<std::string, std::string>>{{"format", "pt"},
-                                                                       {"note", "posenc io fixtures"}});
+  CHECK(h.metadata == std::vector<std::pair<std::string, std::string>>{
+                          {"format", "pt"}, {"note", "posenc io fixtures"}});
   CHECK(h.data_start % 8 == 0);
   REQUIRE(h.tensors.size() == names.size());
   CHECK(h.tensors[2].type == io::dtype::f16);
@@ -95,20 +95,25 @@ TEST_CASE("safetensors: fixtures written by the Python reference writer", "[io][
     const auto i64 = io::read_safetensors_matrix<std::int64_t>(mixed, "iramp_i64", 2, 4);
     for (int i = 0; i < 8; ++i) CHECK(i64(i / 4, i % 4) == posenc_test::iramp(i));
     const auto i32 = io::read_safetensors<std::int32_t>(mixed, "iramp_i32");
-    for (int i = 0; i < 7; ++i) CHECK(i32.data[static_cast<std::size_t>(i)] == posenc_test::iramp(i));
+    for (int i = 0; i < 7; ++i)
+      CHECK(i32.data[static_cast<std::size_t>(i)] == posenc_test::iramp(i));
     const auto i32d = io::read_safetensors<double>(mixed, "iramp_i32");
     CHECK(i32d.data[6] == 3000009.0);
     CHECK(io::read_safetensors<std::uint8_t>(mixed, "bytes_u8").data ==
           std::vector<std::uint8_t>{0, 1, 127, 128, 255});
     CHECK(io::read_safetensors<float>(mixed, "mask_bool").data == std::vector<float>{1, 0, 0, 1});
-    POSENC_REQUIRE_ERROR(io::read_safetensors<std::uint8_t>(mixed, "iramp_i64"), "element 0 (-3000009)");
-    POSENC_REQUIRE_ERROR(io::read_safetensors<std::int64_t>(mixed, "ramp_f32"), "F32 (tensor \"ramp_f32\")");
-    POSENC_REQUIRE_ERROR(io::read_safetensors<std::int64_t>(mixed, "specials_f16"), "element 5 (0.000061");
+    POSENC_REQUIRE_ERROR(io::read_safetensors<std::uint8_t>(mixed, "iramp_i64"),
+                         "element 0 (-3000009)");
+    POSENC_REQUIRE_ERROR(io::read_safetensors<std::int64_t>(mixed, "ramp_f32"),
+                         "F32 (tensor \"ramp_f32\")");
+    POSENC_REQUIRE_ERROR(io::read_safetensors<std::int64_t>(mixed, "specials_f16"),
+                         "element 5 (0.000061");
   }
   SECTION("lookup and shape errors") {
     POSENC_REQUIRE_ERROR(io::read_safetensors<float>(mixed, "nope"), "name = 'nope'");
     POSENC_REQUIRE_ERROR(io::read_safetensors<float>(mixed, "nope"), "mixed.safetensors");
-    POSENC_REQUIRE_ERROR(io::read_safetensors<float>(mixed, "__metadata__"), "name = '__metadata__'");
+    POSENC_REQUIRE_ERROR(io::read_safetensors<float>(mixed, "__metadata__"),
+                         "name = '__metadata__'");
     POSENC_REQUIRE_ERROR(io::read_safetensors_matrix<float>(mixed, "ramp_f64"), "rank = 3");
     POSENC_REQUIRE_ERROR(io::read_safetensors_matrix<float>(mixed, "scalar_f64"), "rank = 0");
     POSENC_REQUIRE_ERROR(io::read_safetensors_matrix<float>(mixed, "ramp_f32", 3, 3), "rows = 2");
@@ -123,7 +128,8 @@ TEST_CASE("safetensors: fixtures written by the Python reference writer", "[io][
   }
 }
 
-TEST_CASE("safetensors: the writer matches the reference writer byte for byte", "[io][safetensors]") {
+TEST_CASE("safetensors: the writer matches the reference writer byte for byte",
+          "[io][safetensors]") {
   const std::string wpe = data_path("io/wpe.safetensors");
   const auto w = io::read_safetensors_matrix<float>(wpe, "wpe.weight");
   io::write_safetensors(tmp_path("wpe.safetensors"), {{"wpe.weight", w}});
@@ -166,10 +172,17 @@ TEST_CASE("safetensors: random round-trips for every dtype and rank 0..4", "[io]
     for (auto& v : b.data) v = v & 1;
     const std::map<std::string, std::string> meta{{"format", "pt"}, {"k\"e\\y\n", "v\xc3\xa9"}};
     io::write_safetensors(path,
-                          {{"f32", f}, {"f64", d}, {"i64", l}, {"i32", i}, {"u8", u},
-                           {"bool", b, io::dtype::boolean}, {"f16", f, io::dtype::f16},
-                           {"bf16", d, io::dtype::bf16}, {"f64_from_f32", f, io::dtype::f64},
-                           {"tab\t\"q\"\\", i, io::dtype::i64}, {kUnicodeName, d, io::dtype::f32}},
+                          {{"f32", f},
+                           {"f64", d},
+                           {"i64", l},
+                           {"i32", i},
+                           {"u8", u},
+                           {"bool", b, io::dtype::boolean},
+                           {"f16", f, io::dtype::f16},
+                           {"bf16", d, io::dtype::bf16},
+                           {"f64_from_f32", f, io::dtype::f64},
+                           {"tab\t\"q\"\\", i, io::dtype::i64},
+                           {kUnicodeName, d, io::dtype::f32}},
                           meta);
     INFO("rank " << rank);
     const io::safetensors_header h = io::read_safetensors_header(path);
@@ -210,15 +223,19 @@ TEST_CASE("safetensors: corrupted headers and data are clear errors", "[io][safe
   const std::string ok = entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})");
   CHECK(read(st_path(ok, f32x2)).data == std::vector<float>{0, 0});
   // Header padded with spaces, keys in another order, __metadata__ anywhere: all fine.
-  CHECK(read(st_path(R"({"a":{"shape":[2],"data_offsets":[0,8],"dtype":"F32"},"__metadata__":{}}   )", f32x2))
-            .data.size() == 2);
+  CHECK(
+      read(st_path(R"({"a":{"shape":[2],"data_offsets":[0,8],"dtype":"F32"},"__metadata__":{}}   )",
+                   f32x2))
+          .data.size() == 2);
 
   POSENC_REQUIRE_ERROR(read(tmp_path("no/such.safetensors")), "cannot open");
   POSENC_REQUIRE_ERROR(read(std::string(POSENC_TEST_TMP_DIR)), "path = ");  // a directory
-  POSENC_REQUIRE_ERROR(read(write_bytes("short.safetensors", "abc")), "shorter than the 8-byte header length");
+  POSENC_REQUIRE_ERROR(read(write_bytes("short.safetensors", "abc")),
+                       "shorter than the 8-byte header length");
   POSENC_REQUIRE_ERROR(read(write_bytes("hl.safetensors", le_bytes(1000, 8) + ok)),
                        "header length 1000 runs past the end of the file");
-  POSENC_REQUIRE_ERROR(read(write_bytes("hl2.safetensors", le_bytes(~0ull, 8) + ok)), "runs past the end");
+  POSENC_REQUIRE_ERROR(read(write_bytes("hl2.safetensors", le_bytes(~0ull, 8) + ok)),
+                       "runs past the end");
   POSENC_REQUIRE_ERROR(read(write_bytes("hl3.safetensors", le_bytes(1, 8) + "{")), "too short");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\xff\":1}", "")), "not valid UTF-8");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\xc0\xaf\":1}", "")), "not valid UTF-8");  // overlong '/'
@@ -238,8 +255,10 @@ TEST_CASE("safetensors: corrupted headers and data are clear errors", "[io][safe
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\\u12\":1}", "")), "bad hex digit");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\\u12", "")), "truncated \\u escape");
   POSENC_REQUIRE_ERROR(read(st_path("{\"\\udc00\":1}", "")), "lone low surrogate");
-  POSENC_REQUIRE_ERROR(read(st_path("{\"\\ud800x\":1}", "")), "high surrogate without its low half");
-  POSENC_REQUIRE_ERROR(read(st_path("{\"\\ud800\\u0041\":1}", "")), "high surrogate without its low half");
+  POSENC_REQUIRE_ERROR(read(st_path("{\"\\ud800x\":1}", "")),
+                       "high surrogate without its low half");
+  POSENC_REQUIRE_ERROR(read(st_path("{\"\\ud800\\u0041\":1}", "")),
+                       "high surrogate without its low half");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\nb\":1}", "")), "raw control character");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\":tru}", "")), "unexpected character");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\":-}", "")), "malformed number");
@@ -247,97 +266,132 @@ TEST_CASE("safetensors: corrupted headers and data are clear errors", "[io][safe
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\":1e}", "")), "malformed number");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\":01}", "")), "expected ',' or '}'");
   POSENC_REQUIRE_ERROR(read(st_path("{} x", "")), "unexpected characters after the JSON header");
-  POSENC_REQUIRE_ERROR(read(st_path("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}", "")),
-                       "nesting deeper than 64");
+  POSENC_REQUIRE_ERROR(
+      read(st_path("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}", "")),
+      "nesting deeper than 64");
   POSENC_REQUIRE_ERROR(read(st_path("{\"a\":1,\"a\":2}", "")), "duplicate key \"a\"");
   // Entries.
   POSENC_REQUIRE_ERROR(read(st_path(entry("[1]"), "")), "tensor \"a\": entry must be an object");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":true})"), f32x2)),
-                       "unexpected key \"x\"");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"shape":[2],"data_offsets":[0,8]})"), f32x2)), "missing \"dtype\"");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","data_offsets":[0,8]})"), f32x2)), "missing \"shape\"");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2]})"), f32x2)), "missing \"data_offsets\"");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":32,"shape":[2],"data_offsets":[0,8]})"), f32x2)),
-                       "dtype must be a string");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]})"), f32x2)),
-                       "unsupported dtype \"F8_E4M3\"");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"f32","shape":[2],"data_offsets":[0,8]})"), f32x2)),
-                       "unsupported dtype \"f32\"");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":2,"data_offsets":[0,8]})"), f32x2)),
-                       "shape must be an array");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})"), f32x2)),
-                       "shape[0] must be a non-negative integer below 2^63 (got -2)");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2.0],"data_offsets":[0,8]})"), f32x2)),
-                       "(got 2.0)");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":["2"],"data_offsets":[0,8]})"), f32x2)),
-                       "shape[0] must be a non-negative integer");
   POSENC_REQUIRE_ERROR(
-      read(st_path(entry(R"({"dtype":"F32","shape":[1,9223372036854775808],"data_offsets":[0,8]})"), f32x2)),
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":true})"), f32x2)),
+      "unexpected key \"x\"");
+  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"shape":[2],"data_offsets":[0,8]})"), f32x2)),
+                       "missing \"dtype\"");
+  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","data_offsets":[0,8]})"), f32x2)),
+                       "missing \"shape\"");
+  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2]})"), f32x2)),
+                       "missing \"data_offsets\"");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":32,"shape":[2],"data_offsets":[0,8]})"), f32x2)),
+      "dtype must be a string");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]})"), f32x2)),
+      "unsupported dtype \"F8_E4M3\"");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"f32","shape":[2],"data_offsets":[0,8]})"), f32x2)),
+      "unsupported dtype \"f32\"");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":2,"data_offsets":[0,8]})"), f32x2)),
+      "shape must be an array");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})"), f32x2)),
+      "shape[0] must be a non-negative integer below 2^63 (got -2)");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2.0],"data_offsets":[0,8]})"), f32x2)),
+      "(got 2.0)");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":["2"],"data_offsets":[0,8]})"), f32x2)),
+      "shape[0] must be a non-negative integer");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[1,9223372036854775808],"data_offsets":[0,8]})"),
+                   f32x2)),
       "shape[1] must be a non-negative integer below 2^63");
   POSENC_REQUIRE_ERROR(
-      read(st_path(entry(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), f32x2)),
+      read(st_path(entry(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"),
+                   f32x2)),
       "shape product overflows at axis 1");
   POSENC_REQUIRE_ERROR(
-      read(st_path(entry(R"({"dtype":"F64","shape":[1152921504606846976],"data_offsets":[0,8]})"), f32x2)),
+      read(st_path(entry(R"({"dtype":"F64","shape":[1152921504606846976],"data_offsets":[0,8]})"),
+                   f32x2)),
       "shape product overflows at axis 0");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0]})"), f32x2)),
-                       "data_offsets must be an array of two integers");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":{"b":0}})"), f32x2)),
-                       "data_offsets must be an array of two integers");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[8,0]})"), f32x2)),
-                       "data_offsets [8, 0] are reversed");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[-1,8]})"), f32x2)),
-                       "data_offsets[0] must be a non-negative integer");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,16]})"), f32x2)),
-                       "data_offsets end 16 is past the end of the data (8 bytes)");
   POSENC_REQUIRE_ERROR(
-      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551615]})"), f32x2)),
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0]})"), f32x2)),
+      "data_offsets must be an array of two integers");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":{"b":0}})"), f32x2)),
+      "data_offsets must be an array of two integers");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[8,0]})"), f32x2)),
+      "data_offsets [8, 0] are reversed");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[-1,8]})"), f32x2)),
+      "data_offsets[0] must be a non-negative integer");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,16]})"), f32x2)),
+      "data_offsets end 16 is past the end of the data (8 bytes)");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551615]})"),
+                   f32x2)),
       "data_offsets[1] must be a non-negative integer below 2^63");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), f32x2)),
-                       "data_offsets span 8 bytes but shape and dtype F32 need 12");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F64","shape":[2],"data_offsets":[0,8]})"), f32x2)),
-                       "need 16");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), f32x2)),
+      "data_offsets span 8 bytes but shape and dtype F32 need 12");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F64","shape":[2],"data_offsets":[0,8]})"), f32x2)),
+      "need 16");
   // Tiling of the byte buffer.
   const std::string two = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
-  POSENC_REQUIRE_ERROR(read(st_path(two, std::string(12, '\0'))), "tensor \"b\" data_offsets [4, 12] overlap tensor \"a\"");
+  POSENC_REQUIRE_ERROR(read(st_path(two, std::string(12, '\0'))),
+                       "tensor \"b\" data_offsets [4, 12] overlap tensor \"a\"");
   const std::string same = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                            R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   POSENC_REQUIRE_ERROR(read(st_path(same, f32x2)), "overlap");
   const std::string gap = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})";
-  POSENC_REQUIRE_ERROR(read(st_path(gap, std::string(20, '\0'))), "gap in the data before tensor \"b\"");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[4,12]})"), std::string(12, '\0'))),
+  POSENC_REQUIRE_ERROR(read(st_path(gap, std::string(20, '\0'))),
+                       "gap in the data before tensor \"b\"");
+  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[4,12]})"),
+                                    std::string(12, '\0'))),
                        "gap in the data before tensor \"a\"");
-  POSENC_REQUIRE_ERROR(read(st_path(ok, f32x2 + "xyz")), "3 trailing bytes after the last tensor's data");
+  POSENC_REQUIRE_ERROR(read(st_path(ok, f32x2 + "xyz")),
+                       "3 trailing bytes after the last tensor's data");
   // Every JSON escape decodes (the name is looked up by its decoded UTF-8 text).
-  const std::string esc = R"({"a\n\t\/\b\f\r\"\\\u00e9\u4E2D\ud83d\ude00":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string esc =
+      R"({"a\n\t\/\b\f\r\"\\\u00e9\u4E2D\ud83d\ude00":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   const std::string esc_name = "a\n\t/\b\f\r\"\\\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80";
   CHECK(io::safetensors_names(st_path(esc, f32x2)) == std::vector<std::string>{esc_name});
   CHECK(io::read_safetensors<float>(st_path(esc, f32x2), esc_name).data.size() == 2);
   // JSON values of every kind are parsed (and ignored) inside __metadata__'s neighbours only
   // where allowed: here true/false/null/numbers in an entry are rejected as the wrong type.
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":null,"shape":[2],"data_offsets":[0,8]})"), f32x2)),
-                       "dtype must be a string");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[true],"data_offsets":[0,8]})"), f32x2)),
-                       "shape[0] must be a non-negative integer");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,-8e1]})"), f32x2)),
-                       "(got -8e1)");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8.5E+0]})"), f32x2)),
-                       "(got 8.5E+0)");
-  POSENC_REQUIRE_ERROR(read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[false,8]})"), f32x2)),
-                       "data_offsets[0] must be");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":null,"shape":[2],"data_offsets":[0,8]})"), f32x2)),
+      "dtype must be a string");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[true],"data_offsets":[0,8]})"), f32x2)),
+      "shape[0] must be a non-negative integer");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,-8e1]})"), f32x2)),
+      "(got -8e1)");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8.5E+0]})"), f32x2)),
+      "(got 8.5E+0)");
+  POSENC_REQUIRE_ERROR(
+      read(st_path(entry(R"({"dtype":"F32","shape":[2],"data_offsets":[false,8]})"), f32x2)),
+      "data_offsets[0] must be");
   // Reversed order in the header is fine as long as the offsets tile the buffer.
   const std::string rev = R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   CHECK(read(st_path(rev, std::string(12, '\0'))).data.size() == 2);
   // Metadata.
-  POSENC_REQUIRE_ERROR(read(st_path(R"({"__metadata__":[1]})", "")), "__metadata__ must be an object of strings");
-  POSENC_REQUIRE_ERROR(read(st_path(R"({"__metadata__":{"k":1}})", "")), "__metadata__ value of \"k\" must be a string");
+  POSENC_REQUIRE_ERROR(read(st_path(R"({"__metadata__":[1]})", "")),
+                       "__metadata__ must be an object of strings");
+  POSENC_REQUIRE_ERROR(read(st_path(R"({"__metadata__":{"k":1}})", "")),
+                       "__metadata__ value of \"k\" must be a string");
   // Truncations of a real file: every cut is an error, never a short read.
   const std::string full = posenc_test::read_bytes(data_path("io/mixed.safetensors"));
-  for (std::size_t cut : {std::size_t{0}, std::size_t{4}, std::size_t{8}, std::size_t{100}, full.size() - 200,
-                          full.size() - 1}) {
+  for (std::size_t cut : {std::size_t{0}, std::size_t{4}, std::size_t{8}, std::size_t{100},
+                          full.size() - 200, full.size() - 1}) {
     INFO("cut to " << cut);
     const std::string p = write_bytes("cut.safetensors", full.substr(0, cut));
     POSENC_REQUIRE_ERROR(io::read_safetensors<double>(p, "ramp_f64"), "path = ");
@@ -353,23 +407,31 @@ TEST_CASE("safetensors: writer errors", "[io][safetensors]") {
   t.data = {1.5, 2.0};
   const std::string p = tmp_path("w.safetensors");
   POSENC_REQUIRE_ERROR(io::write_safetensors(p, {{"a", t}, {"a", t}}), "name = 'a': appears twice");
-  POSENC_REQUIRE_ERROR(io::write_safetensors(p, {{"", t}}), "name = '': tensor names must not be empty");
+  POSENC_REQUIRE_ERROR(io::write_safetensors(p, {{"", t}}),
+                       "name = '': tensor names must not be empty");
   POSENC_REQUIRE_ERROR(io::write_safetensors(p, {{"__metadata__", t}}), "is reserved");
   POSENC_REQUIRE_ERROR(io::write_safetensors(p, {{"a\xff", t}}), "must be valid UTF-8");
   POSENC_REQUIRE_ERROR(io::write_safetensors(p, {{"a", t}}, {{"k", "\xc3"}}), "metadata key = 'k'");
-  POSENC_REQUIRE_ERROR(io::write_safetensors(tmp_path("no/dir/w.safetensors"), {{"a", t}}), "cannot open the file for writing");
-  POSENC_REQUIRE_ERROR(io::safetensors_entry("ints", t, io::dtype::i64), "name = 'ints': element 0 (1.5) does not convert to dtype i64");
+  POSENC_REQUIRE_ERROR(io::write_safetensors(tmp_path("no/dir/w.safetensors"), {{"a", t}}),
+                       "cannot open the file for writing");
+  POSENC_REQUIRE_ERROR(io::safetensors_entry("ints", t, io::dtype::i64),
+                       "name = 'ints': element 0 (1.5) does not convert to dtype i64");
   POSENC_REQUIRE_ERROR(io::safetensors_entry("b", t, io::dtype::boolean), "element 0 (1.5)");
   t.data = {70000.0, 1.0};
-  POSENC_REQUIRE_ERROR(io::safetensors_entry("h", t, io::dtype::f16), "element 0 (70000) does not convert to dtype f16");
+  POSENC_REQUIRE_ERROR(io::safetensors_entry("h", t, io::dtype::f16),
+                       "element 0 (70000) does not convert to dtype f16");
   t.data = {1e300, 1.0};
-  POSENC_REQUIRE_ERROR(io::safetensors_entry("f", t, io::dtype::f32), "does not convert to dtype f32");
-  POSENC_REQUIRE_ERROR(io::safetensors_entry("bf", t, io::dtype::bf16), "does not convert to dtype bf16");
+  POSENC_REQUIRE_ERROR(io::safetensors_entry("f", t, io::dtype::f32),
+                       "does not convert to dtype f32");
+  POSENC_REQUIRE_ERROR(io::safetensors_entry("bf", t, io::dtype::bf16),
+                       "does not convert to dtype bf16");
   io::tensor<std::int64_t> big;
   big.shape = {1};
   big.data = {int64_t{1} << 40};
-  POSENC_REQUIRE_ERROR(io::safetensors_entry("i", big, io::dtype::i32), "does not convert to dtype i32");
-  POSENC_REQUIRE_ERROR(io::safetensors_entry("u", big, io::dtype::u8), "does not convert to dtype u8");
+  POSENC_REQUIRE_ERROR(io::safetensors_entry("i", big, io::dtype::i32),
+                       "does not convert to dtype i32");
+  POSENC_REQUIRE_ERROR(io::safetensors_entry("u", big, io::dtype::u8),
+                       "does not convert to dtype u8");
   t.shape = {3};
   POSENC_REQUIRE_ERROR(io::safetensors_entry("n", t), "data.size() = 2");
   t.shape = {-1};
@@ -377,7 +439,8 @@ TEST_CASE("safetensors: writer errors", "[io][safetensors]") {
   // Inf and NaN are values, not errors, in every float dtype.
   t.shape = {2};
   t.data = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
-  io::write_safetensors(p, {{"h", t, io::dtype::f16}, {"b", t, io::dtype::bf16}, {"f", t, io::dtype::f32}});
+  io::write_safetensors(
+      p, {{"h", t, io::dtype::f16}, {"b", t, io::dtype::bf16}, {"f", t, io::dtype::f32}});
   for (const char* n : {"h", "b", "f"}) {
     const auto back = io::read_safetensors<double>(p, n);
     CHECK(std::isinf(back.data[0]));
@@ -389,7 +452,8 @@ TEST_CASE("safetensors: writer errors", "[io][safetensors]") {
   POSENC_REQUIRE_ERROR(io::read_safetensors<float>(p, "x"), "it has 0");
 }
 
-TEST_CASE("io: randomly damaged files are read or rejected, never read out of bounds", "[io][fuzz]") {
+TEST_CASE("io: randomly damaged files are read or rejected, never read out of bounds",
+          "[io][fuzz]") {
   // Each damaged file must either read (the damage hit only values or padding) or throw
   // posenc::error; anything else (a crash, a sanitizer report, another exception) fails.
   std::mt19937_64 rng(4242);
@@ -407,7 +471,8 @@ TEST_CASE("io: randomly damaged files are read or rejected, never read out of bo
     switch (rng() % 4) {
       case 0:  // flip a few bytes, biased towards the header
         for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
-          const std::size_t at = static_cast<std::size_t>(rng() % std::min<std::size_t>(s.size(), 160));
+          const std::size_t at =
+              static_cast<std::size_t>(rng() % std::min<std::size_t>(s.size(), 160));
           s[at] = static_cast<char>(s[at] ^ static_cast<char>(1 + rng() % 255));
         }
         break;
@@ -421,14 +486,16 @@ TEST_CASE("io: randomly damaged files are read or rejected, never read out of bo
       }
       default:  // overwrite a digit in the header with another digit
         for (std::size_t k = 0, n = 0; k < std::min<std::size_t>(s.size(), 400); ++k)
-          if (s[k] >= '0' && s[k] <= '9' && rng() % 8 == 0 && n++ < 2) s[k] = static_cast<char>('0' + rng() % 10);
+          if (s[k] >= '0' && s[k] <= '9' && rng() % 8 == 0 && n++ < 2)
+            s[k] = static_cast<char>('0' + rng() % 10);
         break;
     }
     const bool st_file = which < 2;
     const std::string path = write_bytes(st_file ? "fuzz.safetensors" : "fuzz.npy", s);
     try {
       if (st_file) {
-        for (const auto& name : io::safetensors_names(path)) (void)io::read_safetensors<double>(path, name);
+        for (const auto& name : io::safetensors_names(path))
+          (void)io::read_safetensors<double>(path, name);
       } else {
         (void)io::read_npy<double>(path);
       }

@@ -2,11 +2,9 @@
 // Small comparison helpers shared by the tests.
 
 #include <Eigen/Core>
-
 #include <cmath>
-#include <string>
-
 #include <posenc/core/error.hpp>
+#include <string>
 
 #include "catch.hpp"
 
@@ -37,15 +35,15 @@ double rel_norm_err(const Eigen::DenseBase<A>& a, const Eigen::DenseBase<B>& b) 
 
 /// Requires that `expr` throws posenc::error whose message contains `needle`
 /// (typically the parameter's name, or "name = value").
-#define POSENC_REQUIRE_ERROR(expr, needle)                                          \
-  do {                                                                              \
-    bool posenc_thrown_ = false;                                                    \
-    try {                                                                           \
-      (void)(expr);                                                                 \
-    } catch (const posenc::error& e) {                                              \
-      posenc_thrown_ = true;                                                        \
-      INFO("message: " << e.what());                                                \
-      CHECK(std::string(e.what()).find(needle) != std::string::npos);               \
-    }                                                                               \
+#define POSENC_REQUIRE_ERROR(expr, needle)                                               \
+  do {                                                                                   \
+    bool posenc_thrown_ = false;                                                         \
+    try {                                                                                \
+      (void)(expr);                                                                      \
+    } catch (const posenc::error& e) {                                                   \
+      posenc_thrown_ = true;                                                             \
+      INFO("message: " << e.what());                                                     \
+      CHECK(std::string(e.what()).find(needle) != std::string::npos);                    \
+    }                                                                                    \
     if (!posenc_thrown_) FAIL("expected posenc::error containing '" << (needle) << "'"); \
   } while (0)

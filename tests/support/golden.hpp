@@ -1,9 +1,8 @@
 #pragma once
 // Paths of committed golden files and of scratch files, and loaders for goldens.
 
-#include <string>
-
 #include <posenc/io/npy.hpp>
+#include <string>
 
 namespace posenc_test {
 

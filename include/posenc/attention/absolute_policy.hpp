@@ -13,7 +13,6 @@
 /// every query at p and dL/dk'_j for every key at p (absolute_gradient).
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <memory>
 
@@ -39,14 +38,17 @@ class absolute_policy : public policy_base {
   template <class Derived>
   explicit absolute_policy(const Eigen::MatrixBase<Derived>& table)
       : table_(std::make_shared<dmatrix>(table.template cast<double>())) {
-    detail::require(table_->rows() >= 1, "absolute_policy", "table.rows()", table_->rows(), "must be >= 1");
+    detail::require(table_->rows() >= 1, "absolute_policy", "table.rows()", table_->rows(),
+                    "must be >= 1");
     detail::require(table_->allFinite(), "absolute_policy", "table", "non-finite",
                     "every entry must be finite");
   }
 
   const dmatrix& table() const noexcept { return *table_; }
   /// A zero gradient of the table's shape.
-  absolute_gradient zero_gradient() const { return {dmatrix::Zero(table_->rows(), table_->cols())}; }
+  absolute_gradient zero_gradient() const {
+    return {dmatrix::Zero(table_->rows(), table_->cols())};
+  }
 
   /// The table must have the call's head dim as width and a row for every position.
   void check(const attention_shape& s) const {

@@ -21,7 +21,6 @@
 /// O(Lk·(d + dv) + 64·Lk) per head, never [Lq, Lk].
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -54,8 +53,8 @@ inline double resolve_scale(double scale, Index dim) noexcept {
 
 /// Validates sizes, scale, mask and policy once per call.
 template <class Policy>
-void check_attention(const attention_shape& s, const attention_options& opt,
-                     const Policy& policy, const char* where) {
+void check_attention(const attention_shape& s, const attention_options& opt, const Policy& policy,
+                     const char* where) {
   require(s.dim >= 1, where, "dim", s.dim, "must be >= 1");
   require(s.dim_v >= 0, where, "dim_v", s.dim_v, "must be >= 0");
   require(std::isfinite(opt.scale) && opt.scale >= 0, where, "scale", opt.scale,
@@ -139,9 +138,9 @@ void attention_head(const Policy& policy, Index b, Index h, const attention_shap
     const Index nb = std::min(block, lq - r0);
     // Visibility only grows with the position, so the block's last row bounds the GEMM.
     const Index block_lim = visible_limit(mask, b, shape.q_offset + r0 + nb - 1, lk);
-    load_double(strided_view<TQ, 2>(q.vector_ptr(r0), {nb, q.extent(1)},
-                                    {q.stride(0), q.stride(1)}),
-                ws.q_raw);
+    load_double(
+        strided_view<TQ, 2>(q.vector_ptr(r0), {nb, q.extent(1)}, {q.stride(0), q.stride(1)}),
+        ws.q_raw);
     ws.q_t = ws.q_raw;
     if constexpr (Policy::transforms_queries)
       for (Index r = 0; r < nb; ++r) hs.transform_query(shape.q_offset + r0 + r, ws.q_t.row(r));
@@ -174,7 +173,8 @@ template <class DQ, class DK, class DV>
 attention_shape single_head_shape(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
                                   const Eigen::MatrixBase<DV>& v, const attention_options& opt,
                                   const char* where) {
-  require(k.cols() == q.cols(), where, "k.cols()", k.cols(), "must equal q.cols() (the head dim d)");
+  require(k.cols() == q.cols(), where, "k.cols()", k.cols(),
+          "must equal q.cols() (the head dim d)");
   require(v.rows() == k.rows(), where, "v.rows()", v.rows(), "must equal k.rows() (Lk)");
   attention_shape s;
   s.len_q = q.rows();
@@ -194,8 +194,8 @@ attention_matrix<Scalar> single_head(const attention_matrix<Scalar>& q,
   attention_matrix<Scalar> out(s.len_q, s.dim_v);
   attention_workspace ws;
   const auto wv = w ? view_of(*w) : strided_view<Scalar, 2>();
-  attention_head(policy, 0, 0, s, resolve_scale(opt.scale, s.dim), opt.mask, view_of(q),
-                 view_of(k), view_of(v), view_of(out), w ? &wv : nullptr, ws, Backend{});
+  attention_head(policy, 0, 0, s, resolve_scale(opt.scale, s.dim), opt.mask, view_of(q), view_of(k),
+                 view_of(v), view_of(out), w ? &wv : nullptr, ws, Backend{});
   return out;
 }
 

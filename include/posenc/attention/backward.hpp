@@ -19,7 +19,6 @@
 /// Grouped-query heads sum their dK/dV into the shared key/value head.
 
 #include <Eigen/Core>
-
 #include <type_traits>
 
 #include "../core/backend.hpp"
@@ -122,7 +121,8 @@ attention_gradients<detail::scalar_of<DQ>> attention_backward(
   detail::require(dout.cols() == s.dim_v, where, "dout.cols()", dout.cols(), "must equal v.cols()");
   policy.check_gradient(grad);
   const attention_matrix<Scalar> qe = q, ke = k, ve = v, oe = dout;
-  dmatrix dq(s.len_q, s.dim), dk = dmatrix::Zero(s.len_k, s.dim), dv = dmatrix::Zero(s.len_k, s.dim_v);
+  dmatrix dq(s.len_q, s.dim), dk = dmatrix::Zero(s.len_k, s.dim),
+                              dv = dmatrix::Zero(s.len_k, s.dim_v);
   detail::attention_head_backward(policy, 0, 0, s, detail::resolve_scale(opt.scale, s.dim),
                                   opt.mask, view_of(qe), view_of(ke), view_of(ve), view_of(oe), dq,
                                   dk, dv, grad, Backend{});
@@ -132,10 +132,12 @@ attention_gradients<detail::scalar_of<DQ>> attention_backward(
 /// As above for a policy without learned parameters (no_position, ALiBi, ...).
 template <class Backend = default_backend, class DQ, class DK, class DV, class DO,
           class Policy = no_position>
-attention_gradients<detail::scalar_of<DQ>> attention_backward(
-    const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
-    const Eigen::MatrixBase<DO>& dout, const attention_options& opt = {},
-    const Policy& policy = Policy{}) {
+attention_gradients<detail::scalar_of<DQ>> attention_backward(const Eigen::MatrixBase<DQ>& q,
+                                                              const Eigen::MatrixBase<DK>& k,
+                                                              const Eigen::MatrixBase<DV>& v,
+                                                              const Eigen::MatrixBase<DO>& dout,
+                                                              const attention_options& opt = {},
+                                                              const Policy& policy = Policy{}) {
   static_assert(std::is_same_v<typename Policy::gradient_type, no_gradient>,
                 "posenc::attention_backward: this policy has learned parameters; pass its "
                 "gradient accumulator");
@@ -164,8 +166,8 @@ attention_gradients<detail::scalar_of<DQ>> multi_head_attention_backward(
   const auto kv = view_shd(ke.data(), ke.rows(), kv_heads, k.cols() / kv_heads);
   const auto vv = view_shd(ve.data(), ve.rows(), kv_heads, dvn);
   attention_matrix<Scalar> unused(q.rows(), heads * dvn);
-  const attention_shape s =
-      detail::multi_head_shape(qv, kv, vv, view_shd(unused.data(), unused.rows(), heads, dvn), opt, where);
+  const attention_shape s = detail::multi_head_shape(
+      qv, kv, vv, view_shd(unused.data(), unused.rows(), heads, dvn), opt, where);
   detail::check_attention(s, opt, policy, where);
   detail::require(dout.rows() == s.len_q, where, "dout.rows()", dout.rows(), "must equal q.rows()");
   detail::require(dout.cols() == heads * dvn, where, "dout.cols()", dout.cols(),
@@ -174,7 +176,7 @@ attention_gradients<detail::scalar_of<DQ>> multi_head_attention_backward(
   const auto ov = view_shd(oe.data(), oe.rows(), heads, dvn);
   const double scale = detail::resolve_scale(opt.scale, s.dim);
   dmatrix dq(s.len_q, heads * d), dk = dmatrix::Zero(s.len_k, kv_heads * d),
-      dv = dmatrix::Zero(s.len_k, kv_heads * dvn);
+                                  dv = dmatrix::Zero(s.len_k, kv_heads * dvn);
   const Index group = heads / kv_heads;
   for (Index h = 0; h < heads; ++h) {
     const Index kvh = h / group;

@@ -54,7 +54,6 @@
 /// a decode each row in registers (or in a one-row buffer).
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -187,7 +186,8 @@ struct kv_row_source {
       packet_rows && simd::has_widening_ops_v<Backend, value_type>;
   using crow = Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>;
 
-  kv_row_source(const head_context<Policy, Real>* heads, kv_block<Real> head_context<Policy, Real>::*blk)
+  kv_row_source(const head_context<Policy, Real>* heads,
+                kv_block<Real> head_context<Policy, Real>::*blk)
       : hcs(heads), block(blk), n((heads->*blk).cols) {
     const kv_block<Real>& b0 = heads->*blk;  // every head's block is alike (one call's layout)
     widen_in_registers = packet_storage && !b0.data && source(b0).inner_contiguous();
@@ -199,16 +199,20 @@ struct kv_row_source {
     if constexpr (packet_storage)
       if (widen_in_registers) return simd::dot<Backend>(q, stored_row(h, j), n);
     const Real* r = row(h, j);
-    if constexpr (packet_rows) return simd::dot<Backend>(q, r, n);
-    else return crow(q, n).dot(crow(r, n));
+    if constexpr (packet_rows)
+      return simd::dot<Backend>(q, r, n);
+    else
+      return crow(q, n).dot(crow(r, n));
   }
   /// o += a · row j of head h.
   void axpy(Index h, Index j, Real a, Real* o) noexcept {
     if constexpr (packet_storage)
       if (widen_in_registers) return simd::axpy<Backend>(a, stored_row(h, j), n, o);
     const Real* r = row(h, j);
-    if constexpr (packet_rows) simd::axpy<Backend>(a, r, n, o);
-    else Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
+    if constexpr (packet_rows)
+      simd::axpy<Backend>(a, r, n, o);
+    else
+      Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
   }
   void prefetch(Index h, Index j) const noexcept {
     const kv_block<Real>& b = hcs[h].*block;
@@ -258,10 +262,9 @@ constexpr void check_flash_policy() {
 
 /// The whole multi-head call, after validation.
 template <class Backend, class Policy, class TQ, class TK, class TV, class TO>
-void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
-         const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
-         const attention_shape& s, const attention_options& opt, const Policy& policy,
-         Index threads) {
+void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strided_view<TV, 4>& v,
+         const strided_view<TO, 4>& out, const attention_shape& s, const attention_options& opt,
+         const Policy& policy, Index threads) {
   using Real = real_t<std::remove_cv_t<TQ>>;
   using T = tiles<Real>;
   if (s.batch == 0 || s.len_q == 0 || s.dim_v == 0) return;
@@ -379,7 +382,8 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
       // The portable kernel's rows (the lane kernels take blocks of more than decode_rows
       // rows only): begin_block with the scalar tag says so.
       for (Index h = 0; h < s.heads; ++h) {
-        const Index lim = begin_block(hb[h], ci, slice_bh(q, b, h), 0, nb, wh[static_cast<std::size_t>(h)], backend::scalar{});
+        const Index lim = begin_block(hb[h], ci, slice_bh(q, b, h), 0, nb,
+                                      wh[static_cast<std::size_t>(h)], backend::scalar{});
         k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
       }
       // every head of the batch, key by key (the mask's limits do not depend on the head)
@@ -431,8 +435,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     const auto& hc = heads[static_cast<std::size_t>(u % bh)];
     workspace<Real>& w = ws[static_cast<std::size_t>(worker)];
     const Index r0 = blk * T::block_q, nb = std::min(T::block_q, s.len_q - r0);
-    const Index max_lim =
-        begin_block(hc, ci, slice_bh(q, hc.batch, hc.head_index), r0, nb, w, tag);
+    const Index max_lim = begin_block(hc, ci, slice_bh(q, hc.batch, hc.head_index), r0, nb, w, tag);
     // The block's query rows are read, and its output rows written, once each, in short
     // runs (one head's d values in every H·d row): they missed the cache and took 8-10 % of
     // a 512-query attention (perf, AVX2). So during the last key tile (split at a tile
@@ -466,8 +469,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
 template <class Backend = default_backend, class TQ, class TK, class TV, class TO,
           class Policy = no_position>
 void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
-                                const strided_view<TV, 4>& v,
-                                const strided_view<TO, 4>& out,
+                                const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
                                 const attention_options& opt = {}, const Policy& policy = Policy{},
                                 const flash_config& cfg = {}) {
   static_assert(!std::is_const_v<TO>, "posenc::flash_multi_head_attention: out must be writable");
@@ -489,8 +491,8 @@ void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view
 template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
 attention_matrix<detail::scalar_of<DQ>> flash_multi_head_attention(
     const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
-    Index heads, Index kv_heads, const attention_options& opt = {},
-    const Policy& policy = Policy{}, const flash_config& cfg = {}) {
+    Index heads, Index kv_heads, const attention_options& opt = {}, const Policy& policy = Policy{},
+    const flash_config& cfg = {}) {
   using Scalar = detail::scalar_of<DQ>;
   static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
                     std::is_same_v<Scalar, detail::scalar_of<DV>>,
@@ -510,8 +512,9 @@ attention_matrix<detail::scalar_of<DQ>> flash_multi_head_attention(
   attention_matrix<Scalar> out(q.rows(), heads * dv);
   const auto qv = strided_view<const Scalar, 4>(qe.data(), {1, qe.rows(), heads, d},
                                                 {0, qe.outerStride(), d, 1});
-  const auto kv = strided_view<const Scalar, 4>(ke.data(), {1, ke.rows(), kv_heads, k.cols() / kv_heads},
-                                                {0, ke.outerStride(), k.cols() / kv_heads, 1});
+  const auto kv =
+      strided_view<const Scalar, 4>(ke.data(), {1, ke.rows(), kv_heads, k.cols() / kv_heads},
+                                    {0, ke.outerStride(), k.cols() / kv_heads, 1});
   const auto vv = strided_view<const Scalar, 4>(ve.data(), {1, ve.rows(), kv_heads, dv},
                                                 {0, ve.outerStride(), dv, 1});
   auto ov = view_shd(out.data(), out.rows(), heads, dv);

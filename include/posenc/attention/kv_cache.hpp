@@ -14,7 +14,6 @@
 /// before appending, and rotates each query at its position before attending.
 
 #include <Eigen/Core>
-
 #include <cstddef>
 #include <type_traits>
 #include <vector>
@@ -105,7 +104,8 @@ class kv_cache {
   }
 
   /// Appends k, v for n new tokens, then attends their queries q [n, H·d] (see attend).
-  template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
+  template <class Backend = default_backend, class DQ, class DK, class DV,
+            class Policy = no_position>
   attention_matrix<Scalar> step(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
                                 const Eigen::MatrixBase<DV>& v, Index heads,
                                 const attention_options& opt = {},

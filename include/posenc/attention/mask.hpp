@@ -16,7 +16,6 @@
 /// NaN there; posenc chooses zeros so padded query rows stay harmless.)
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -67,8 +66,8 @@ namespace detail {
 inline void check_mask(const attention_mask& m, const attention_shape& s, const char* where) {
   check_positions(s, where);
   if (!m.key_lengths.empty()) {
-    require(static_cast<Index>(m.key_lengths.size()) == s.batch, where,
-            "mask.key_lengths.size()", m.key_lengths.size(), "must equal the batch size");
+    require(static_cast<Index>(m.key_lengths.size()) == s.batch, where, "mask.key_lengths.size()",
+            m.key_lengths.size(), "must equal the batch size");
     for (Index len : m.key_lengths)
       require(len >= 0 && len <= s.len_k, where, "mask.key_lengths[b]", len,
               "must be in [0, len_k]");
@@ -95,7 +94,8 @@ inline void check_mask(const attention_mask& m, const attention_shape& s, const 
 /// Keys [0, limit) are the only ones a row can see; the elementwise masks thin them out.
 inline Index visible_limit(const attention_mask& m, Index batch, Index pos, Index len_k) noexcept {
   Index limit = len_k;
-  if (!m.key_lengths.empty()) limit = std::min(limit, m.key_lengths[static_cast<std::size_t>(batch)]);
+  if (!m.key_lengths.empty())
+    limit = std::min(limit, m.key_lengths[static_cast<std::size_t>(batch)]);
   if (m.causal) limit = std::min(limit, pos + 1);
   return std::max<Index>(limit, 0);
 }

@@ -15,7 +15,6 @@
 /// `out` and `weights` must not overlap the inputs.
 
 #include <Eigen/Core>
-
 #include <type_traits>
 
 #include "../core/backend.hpp"
@@ -86,7 +85,8 @@ attention_shape multi_head_shape(const strided_view<TQ, 4>& q, const strided_vie
 /// are cut into heads (the forward and backward matrix forms share it).
 template <class DQ, class DK, class DV>
 void check_packed_heads(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
-                        const Eigen::MatrixBase<DV>& v, Index heads, Index kv_heads, const char* where) {
+                        const Eigen::MatrixBase<DV>& v, Index heads, Index kv_heads,
+                        const char* where) {
   require(heads >= 1, where, "heads", heads, "must be >= 1");
   require(kv_heads >= 1, where, "kv_heads", kv_heads, "must be >= 1");
   require(q.cols() % heads == 0, where, "q.cols()", q.cols(), "must be divisible by heads");
@@ -132,10 +132,12 @@ void multi_head_attention(const strided_view<TQ, 4>& q, const strided_view<TK, 4
 /// q [Lq, H·d], k [Lk, H_kv·d], v [Lk, H_kv·dv] (row-major, head-major columns, as a
 /// fused projection writes them). Returns [Lq, H·dv].
 template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
-attention_matrix<detail::scalar_of<DQ>> multi_head_attention(
-    const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
-    Index heads, Index kv_heads, const attention_options& opt = {},
-    const Policy& policy = Policy{}) {
+attention_matrix<detail::scalar_of<DQ>> multi_head_attention(const Eigen::MatrixBase<DQ>& q,
+                                                             const Eigen::MatrixBase<DK>& k,
+                                                             const Eigen::MatrixBase<DV>& v,
+                                                             Index heads, Index kv_heads,
+                                                             const attention_options& opt = {},
+                                                             const Policy& policy = Policy{}) {
   using Scalar = detail::scalar_of<DQ>;
   static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
                     std::is_same_v<Scalar, detail::scalar_of<DV>>,

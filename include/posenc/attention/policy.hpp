@@ -70,7 +70,6 @@
 /// hooks index into the gradient validates its sizes there.
 
 #include <Eigen/Core>
-
 #include <limits>
 
 #include "../core/error.hpp"
@@ -118,7 +117,7 @@ struct no_gradient {};
 
 /// Defaults for every policy: no hooks used, no gradient, no validation.
 struct policy_base {
-  static constexpr bool transforms_keys = false;     ///< calls head.transform_keys
+  static constexpr bool transforms_keys = false;  ///< calls head.transform_keys
   /// With transforms_keys: whether transform_keys may differ between the query heads that
   /// share a key head (GQA). false promises it does not, so the tiled kernel keeps one
   /// transformed copy per key head instead of one per query head.

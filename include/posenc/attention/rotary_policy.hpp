@@ -15,7 +15,6 @@
 ///     auto out = posenc::attention(q, k, v, opt, rope);
 
 #include <Eigen/Core>
-
 #include <memory>
 #include <utility>
 
@@ -55,7 +54,9 @@ class rotary_policy : public policy_base {
   struct head_type : head_base {
     rotary_embedding<double>* rope = nullptr;
     void transform_keys(Eigen::Ref<dmatrix> k) const { rope->apply(k, Index(0), rope_role::key); }
-    void transform_query(Index pos, Eigen::Ref<drow> q) const { rope->apply(q, pos, rope_role::query); }
+    void transform_query(Index pos, Eigen::Ref<drow> q) const {
+      rope->apply(q, pos, rope_role::query);
+    }
     template <class Grad>
     void backward_query(Index pos, Eigen::Ref<drow> dq, Grad& /*grad*/) const {
       rope->invert(dq, pos, rope_role::query);

@@ -102,9 +102,7 @@ class random_generator {
   }
 
   /// Uniform double in [0, 1), on the grid k * 2^-53 (exact conversion).
-  double uniform() noexcept {
-    return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
-  }
+  double uniform() noexcept { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
   /// Standard normal N(0, 1) sample, bit-identical on every IEEE-754 platform.
   double normal() noexcept {

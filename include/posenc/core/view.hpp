@@ -17,7 +17,6 @@
 /// is unchecked (an assert in debug builds).
 
 #include <Eigen/Core>
-
 #include <array>
 #include <cassert>
 #include <cstddef>
@@ -175,8 +174,7 @@ heads_view<T> view_bshd(T* data, Index batch, Index seq, Index heads, Index dim)
 /// posenc's logical order [batch, seq, head, dim] through permuted strides.
 template <class T>
 heads_view<T> view_bhsd(T* data, Index batch, Index heads, Index seq, Index dim) {
-  return heads_view<T>(data, {batch, seq, heads, dim},
-                       {heads * seq * dim, dim, seq * dim, 1});
+  return heads_view<T>(data, {batch, seq, heads, dim}, {heads * seq * dim, dim, seq * dim, 1});
 }
 
 /// A contiguous [seq, head, dim] buffer as a rank-4 view with batch 1.

@@ -21,7 +21,6 @@
 /// m_h = m0^(h+1) for h < c, else m1^(2(h-c)+1). posenc evaluates both in double.
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -51,9 +50,9 @@ inline std::vector<double> alibi_slopes_max_bias(Index heads, double max_bias) {
   std::vector<double> m(static_cast<std::size_t>(heads));
   for (Index h = 0; h < heads; ++h) {
     // m0^(h+1) and m1^(2(h-c)+1), with the power folded into one exponent.
-    const double e = h < c ? max_bias * static_cast<double>(h + 1) / static_cast<double>(c)
-                           : max_bias * static_cast<double>(2 * (h - c) + 1) /
-                                 static_cast<double>(2 * c);
+    const double e =
+        h < c ? max_bias * static_cast<double>(h + 1) / static_cast<double>(c)
+              : max_bias * static_cast<double>(2 * (h - c) + 1) / static_cast<double>(2 * c);
     m[static_cast<std::size_t>(h)] = std::exp2(-e);
   }
   return m;
@@ -77,8 +76,10 @@ class alibi_policy : public policy_base {
       : slopes_(alibi_slopes(heads)), form_(form) {}
 
   /// Explicit slopes (one per head; finite).
-  alibi_policy(std::vector<double> slopes, alibi_form form) : slopes_(std::move(slopes)), form_(form) {
-    detail::require(!slopes_.empty(), "alibi_policy", "slopes.size()", slopes_.size(), "must be >= 1");
+  alibi_policy(std::vector<double> slopes, alibi_form form)
+      : slopes_(std::move(slopes)), form_(form) {
+    detail::require(!slopes_.empty(), "alibi_policy", "slopes.size()", slopes_.size(),
+                    "must be >= 1");
     for (double m : slopes_)
       detail::require(std::isfinite(m), "alibi_policy", "slope", m, "must be finite");
   }

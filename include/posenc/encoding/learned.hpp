@@ -13,7 +13,6 @@
 /// naming the position and max_len, never a clamp.
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -34,7 +33,8 @@ namespace posenc {
 /// gradient buffer. Scalar is float or double.
 template <class Scalar>
 class learned_table {
-  static_assert(std::is_floating_point_v<Scalar>, "posenc::learned_table: Scalar must be floating point");
+  static_assert(std::is_floating_point_v<Scalar>,
+                "posenc::learned_table: Scalar must be floating point");
 
  public:
   using scalar_type = Scalar;  ///< element type of the table
@@ -168,13 +168,15 @@ class learned_table {
     check_rows("learned_table::add_at", v.extent(0), positions);
     check_positions("learned_table::add_at", positions);
     const Scalar s = scale_value(scale);
-    for (Index r = 0; r < v.extent(0); ++r) add_row(v.vector_ptr(r), v.stride(1), pos_at(positions, r), s);
+    for (Index r = 0; r < v.extent(0); ++r)
+      add_row(v.vector_ptr(r), v.stride(1), pos_at(positions, r), s);
   }
 
   /// Accumulates dL/dW from dL/d(output) ([n, d]) of a lookup/add at `positions`:
   /// gradient(positions[r], :) += grad_output(r, :); repeated positions add up.
   template <class Derived>
-  void backward(const Eigen::MatrixBase<Derived>& grad_output, const std::vector<Index>& positions) {
+  void backward(const Eigen::MatrixBase<Derived>& grad_output,
+                const std::vector<Index>& positions) {
     check_width("learned_table::backward", grad_output.cols());
     check_rows("learned_table::backward", grad_output.rows(), positions);
     check_positions("learned_table::backward", positions);
@@ -215,7 +217,8 @@ class learned_table {
   /// Works for shrinking too. Throws posenc::error for new_len < 1 or new_len * dim >
   /// max_elements.
   learned_table interpolated(Index new_len) const {
-    detail::require(new_len >= 1, "learned_table::interpolated", "new_len", new_len, "must be >= 1");
+    detail::require(new_len >= 1, "learned_table::interpolated", "new_len", new_len,
+                    "must be >= 1");
     check_size("learned_table::interpolated", "new_len", new_len, dim());
     const Index old_len = max_len();
     matrix out(new_len, dim());
@@ -276,8 +279,8 @@ class learned_table {
     detail::require(dim <= max_elements, where, "dim", dim,
                     "must be <= 2^36 (learned_table::max_elements)");
     detail::require(rows <= max_elements / dim, where, rows_name, rows,
-                    "must be <= " + std::to_string(max_elements / dim) + " for dim = " +
-                        std::to_string(dim) + " (at most 2^36 elements)");
+                    "must be <= " + std::to_string(max_elements / dim) +
+                        " for dim = " + std::to_string(dim) + " (at most 2^36 elements)");
   }
 
   void check_width(const char* where, Index cols) const {
@@ -286,8 +289,9 @@ class learned_table {
   }
 
   static void check_rows(const char* where, Index rows, const std::vector<Index>& positions) {
-    detail::require(rows == static_cast<Index>(positions.size()), where, "rows", rows,
-                    "must equal the number of positions (" + std::to_string(positions.size()) + ")");
+    detail::require(
+        rows == static_cast<Index>(positions.size()), where, "rows", rows,
+        "must equal the number of positions (" + std::to_string(positions.size()) + ")");
   }
 
   void check_positions(const char* where, const std::vector<Index>& positions) const {

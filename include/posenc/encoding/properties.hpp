@@ -7,7 +7,6 @@
 /// results are computed and returned in double.
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <limits>
 #include <string>
@@ -34,8 +33,8 @@ using property_matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Ei
 /// at fairseq's padding row, which is zero by definition.
 template <class Scalar, class Backend>
 property_matrix offset_rotation(const sinusoidal<Scalar, Backend>& enc, Index k) {
-  detail::require(k >= -sinusoidal_max_position && k <= sinusoidal_max_position,
-                  "offset_rotation", "k", k, "must be within +-2^53");
+  detail::require(k >= -sinusoidal_max_position && k <= sinusoidal_max_position, "offset_rotation",
+                  "k", k, "must be within +-2^53");
   const Index d = enc.dim();
   property_matrix t = property_matrix::Zero(d, d);
   for (Index i = 0; i < enc.pairs(); ++i) {
@@ -55,8 +54,8 @@ property_matrix offset_rotation(const sinusoidal<Scalar, Backend>& enc, Index k)
 /// does not depend on p (padding columns add nothing). Returns max_offset + 1 values.
 template <class Scalar, class Backend>
 Eigen::VectorXd offset_dot_products(const sinusoidal<Scalar, Backend>& enc, Index max_offset) {
-  detail::require(max_offset >= 0 && max_offset <= sinusoidal_max_position,
-                  "offset_dot_products", "max_offset", max_offset, "must be in [0, 2^53]");
+  detail::require(max_offset >= 0 && max_offset <= sinusoidal_max_position, "offset_dot_products",
+                  "max_offset", max_offset, "must be in [0, 2^53]");
   Eigen::VectorXd out(max_offset + 1);
   for (Index k = 0; k <= max_offset; ++k) {
     double sum = 0.0;
@@ -116,8 +115,7 @@ closest_pair min_pairwise_distance(const Eigen::MatrixBase<Derived>& table) {
   double best_d2 = std::numeric_limits<double>::infinity();
   for (Index i = 0; i + 1 < t.rows(); ++i) {
     const Index rest = t.rows() - i - 1;
-    const Eigen::VectorXd d2 =
-        (t.bottomRows(rest).rowwise() - t.row(i)).rowwise().squaredNorm();
+    const Eigen::VectorXd d2 = (t.bottomRows(rest).rowwise() - t.row(i)).rowwise().squaredNorm();
     Index j = 0;
     const double m = d2.minCoeff(&j);  // first minimum on ties
     if (m < best_d2) {

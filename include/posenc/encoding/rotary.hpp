@@ -12,10 +12,10 @@
 ///
 /// See docs/rotary.md and docs/rope-scaling.md.
 
-#include "rotary/frequencies.hpp"
-#include "rotary/scaling.hpp"
-#include "rotary/hf_config.hpp"
 #include "rotary/cache.hpp"
-#include "rotary/rotary.hpp"
 #include "rotary/convert.hpp"
+#include "rotary/frequencies.hpp"
+#include "rotary/hf_config.hpp"
 #include "rotary/multi_axis.hpp"
+#include "rotary/rotary.hpp"
+#include "rotary/scaling.hpp"

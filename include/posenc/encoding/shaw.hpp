@@ -28,7 +28,6 @@
 /// buckets, which are contiguous key ranges.
 
 #include <Eigen/Core>
-
 #include <algorithm>
 
 #include "../attention/policy.hpp"
@@ -129,9 +128,7 @@ class shaw_relative : public policy_base {
   auto key_table(Index t) const { return key_.middleRows(checked_set(t) * rows(), rows()); }
   /// Value table a^V of set t, [rows, dim_v].
   auto value_table(Index t) { return value_.middleRows(checked_set(t) * rows(), rows()); }
-  auto value_table(Index t) const {
-    return value_.middleRows(checked_set(t) * rows(), rows());
-  }
+  auto value_table(Index t) const { return value_.middleRows(checked_set(t) * rows(), rows()); }
 
   /// The table set query head `head` uses (0 when shared).
   Index set_of_head(Index head) const noexcept { return tables_ == 1 ? 0 : head; }
@@ -164,20 +161,20 @@ class shaw_relative : public policy_base {
                     "the call's head dim must equal the key tables' dim");
     detail::require(shape.dim_v == dim_v_, "shaw_relative", "dim_v", shape.dim_v,
                     "the call's value head dim must equal the value tables' dim_v");
-    detail::require(tables_ == 1 || tables_ == shape.heads, "shaw_relative", "heads",
-                    shape.heads, "per-head tables need exactly one table set per query head");
+    detail::require(tables_ == 1 || tables_ == shape.heads, "shaw_relative", "heads", shape.heads,
+                    "per-head tables need exactly one table set per query head");
   }
 
   /// The hooks of one (batch, head): its tables in double and per-row scratch.
   struct head_type : head_base {
     shaw_clip clip;
-    Index set = 0;     ///< table set of this head (row block in the gradient)
-    Index len_k = 0;   ///< keys per row
-    dmatrix ak;        ///< a^K [rows, dim]
-    dmatrix av;        ///< a^V [rows, dim_v]
-    drow qa;           ///< q_i . a^K_r for the current row, [rows]
-    drow bucket;       ///< per-bucket sums of a row (weights or score gradients), [rows]
-    drow tv;           ///< dout . a^V_r for the current row, [rows]
+    Index set = 0;    ///< table set of this head (row block in the gradient)
+    Index len_k = 0;  ///< keys per row
+    dmatrix ak;       ///< a^K [rows, dim]
+    dmatrix av;       ///< a^V [rows, dim_v]
+    drow qa;          ///< q_i . a^K_r for the current row, [rows]
+    drow bucket;      ///< per-bucket sums of a row (weights or score gradients), [rows]
+    drow tv;          ///< dout . a^V_r for the current row, [rows]
 
     /// Per-row precompute: q_i . a^K_r for every bucket r.
     void begin_row(Index /*pos*/, const Eigen::Ref<const drow>& q) noexcept {
@@ -200,8 +197,7 @@ class shaw_relative : public policy_base {
       tv.noalias() = dout * av.transpose();
       for (Index j = 0; j < len_k; ++j) dp(j) += tv(clip.row(j - pos));
       sum_buckets(pos, p);
-      grad.value.middleRows(set * clip.rows(), clip.rows()).noalias() +=
-          bucket.transpose() * dout;
+      grad.value.middleRows(set * clip.rows(), clip.rows()).noalias() += bucket.transpose() * dout;
     }
 
     /// dq += sum_j ds_j a^K[r_ij]; dL/da^K_r += (sum_{j in r} ds_j) q.
@@ -247,8 +243,7 @@ class shaw_relative : public policy_base {
   static shaw_clip validated(shaw_clip c) { return shaw_clip::asymmetric(c.left, c.right); }
 
   Index checked_set(Index t) const {
-    detail::require(t >= 0 && t < tables_, "shaw_relative", "table", t,
-                    "must be in [0, tables())");
+    detail::require(t >= 0 && t < tables_, "shaw_relative", "table", t, "must be in [0, tables())");
     return t;
   }
 

@@ -25,7 +25,6 @@
 /// within 6e-8 of the exact values at every position (the tests check 1e-6 up to 10^6).
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -55,9 +54,12 @@ enum class sinusoidal_preset {
 /// Name of a preset: "vaswani", "fairseq" or "t2t".
 inline const char* to_string(sinusoidal_preset p) noexcept {
   switch (p) {
-    case sinusoidal_preset::vaswani: return "vaswani";
-    case sinusoidal_preset::fairseq: return "fairseq";
-    case sinusoidal_preset::t2t: return "t2t";
+    case sinusoidal_preset::vaswani:
+      return "vaswani";
+    case sinusoidal_preset::fairseq:
+      return "fairseq";
+    case sinusoidal_preset::t2t:
+      return "t2t";
   }
   return "?";
 }
@@ -114,7 +116,8 @@ inline constexpr Index sinusoidal_max_position = Index{1} << 53;
 /// configuration and computes the frequencies once, in double.
 template <class Scalar, class Backend = default_backend>
 class sinusoidal {
-  static_assert(std::is_floating_point_v<Scalar>, "posenc::sinusoidal: Scalar must be floating point");
+  static_assert(std::is_floating_point_v<Scalar>,
+                "posenc::sinusoidal: Scalar must be floating point");
 
  public:
   using scalar_type = Scalar;    ///< element type of tables and embeddings
@@ -130,18 +133,21 @@ class sinusoidal {
     detail::require(d > 0, "sinusoidal", "dim", d, "must be > 0");
     switch (config.preset) {
       case sinusoidal_preset::vaswani:
-        detail::require(d % 2 == 0, "sinusoidal", "dim", d,
-                        "must be even for the vaswani preset (use fairseq or t2t for a zero-padded odd width)");
+        detail::require(
+            d % 2 == 0, "sinusoidal", "dim", d,
+            "must be even for the vaswani preset (use fairseq or t2t for a zero-padded odd width)");
         break;
       case sinusoidal_preset::fairseq:
-        detail::require(d >= 4, "sinusoidal", "dim", d,
-                        "must be >= 4 for the fairseq preset (its frequency step divides by dim/2 - 1)");
+        detail::require(
+            d >= 4, "sinusoidal", "dim", d,
+            "must be >= 4 for the fairseq preset (its frequency step divides by dim/2 - 1)");
         break;
-      case sinusoidal_preset::t2t: break;
+      case sinusoidal_preset::t2t:
+        break;
     }
     if (config.preset == sinusoidal_preset::t2t) {
-      detail::require(std::isfinite(config.min_timescale) && config.min_timescale > 0,
-                      "sinusoidal", "min_timescale", config.min_timescale, "must be finite and > 0");
+      detail::require(std::isfinite(config.min_timescale) && config.min_timescale > 0, "sinusoidal",
+                      "min_timescale", config.min_timescale, "must be finite and > 0");
       detail::require(std::isfinite(config.base) && config.base >= config.min_timescale,
                       "sinusoidal", "max_timescale", config.base,
                       "must be finite and >= min_timescale");
@@ -253,8 +259,8 @@ class sinusoidal {
     check_range("sinusoidal::add_to", seq, offset);
     const Scalar s = scale_value(scale);
     if (batch == 1) {
-      run(nullptr, offset, seq, embeddings.data(), embeddings.stride(1), embeddings.stride(2),
-          true, s);
+      run(nullptr, offset, seq, embeddings.data(), embeddings.stride(1), embeddings.stride(2), true,
+          s);
       return;
     }
     const matrix pe = table(seq, offset);
@@ -303,18 +309,18 @@ class sinusoidal {
 
   static void check_range(const char* where, Index len, Index offset) {
     detail::require(len >= 0, where, "len", len, "must be >= 0");
-    detail::require(offset >= -sinusoidal_max_position && offset <= sinusoidal_max_position,
-                    where, "offset", offset, "must be within +-2^53 (exact in double)");
+    detail::require(offset >= -sinusoidal_max_position && offset <= sinusoidal_max_position, where,
+                    "offset", offset, "must be within +-2^53 (exact in double)");
     detail::require(len == 0 || offset + (len - 1) <= sinusoidal_max_position, where,
                     "offset + len - 1", offset + (len - 1), "must be <= 2^53 (exact in double)");
   }
 
   static void check_positions(const char* where, const std::vector<Index>& positions) {
     for (std::size_t r = 0; r < positions.size(); ++r)
-      detail::require(positions[r] >= -sinusoidal_max_position &&
-                          positions[r] <= sinusoidal_max_position,
-                      where, "positions[" + std::to_string(r) + "]", positions[r],
-                      "must be within +-2^53 (exact in double)");
+      detail::require(
+          positions[r] >= -sinusoidal_max_position && positions[r] <= sinusoidal_max_position,
+          where, "positions[" + std::to_string(r) + "]", positions[r],
+          "must be within +-2^53 (exact in double)");
   }
 
   template <class Derived>

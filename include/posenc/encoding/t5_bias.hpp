@@ -21,7 +21,6 @@
 /// Unidirectional buckets treat every key after the query (relative > 0) as distance 0.
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -91,7 +90,8 @@ inline Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> t5_
   detail::require(len_k >= 0, "t5_buckets", "len_k", len_k, "must be >= 0");
   detail::require(q_offset >= 0, "t5_buckets", "q_offset", q_offset, "must be >= 0");
   detail::require(q_offset <= std::numeric_limits<Index>::max() - len_q, "t5_buckets", "q_offset",
-                  q_offset, "must be <= the largest Index minus len_q (query positions "
+                  q_offset,
+                  "must be <= the largest Index minus len_q (query positions "
                   "q_offset + i must be representable)");
   Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> out(len_q, len_k);
   for (Index i = 0; i < len_q; ++i)

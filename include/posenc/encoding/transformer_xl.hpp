@@ -40,7 +40,6 @@
 /// shift on whole score matrices.
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -265,17 +264,17 @@ class transformer_xl_relative : public policy_base {
   struct head_type : head_base {
     Index head = 0;
     Index dim = 0;
-    Index first = 0;   ///< largest distance in the table, q_offset + Lq - 1
+    Index first = 0;  ///< largest distance in the table, q_offset + Lq - 1
     Index len_k = 0;
-    drow u, v;         ///< this head's biases
-    dmatrix p;         ///< P for distances first .. first-(Lq+Lk-2), [Lq+Lk-1, d]
-    dmatrix r;         ///< R for the same distances (kept only when projected, for dW_R)
-    drow qv;           ///< q_i + v for the current row
+    drow u, v;          ///< this head's biases
+    dmatrix p;          ///< P for distances first .. first-(Lq+Lk-2), [Lq+Lk-1, d]
+    dmatrix r;          ///< R for the same distances (kept only when projected, for dW_R)
+    drow qv;            ///< q_i + v for the current row
     Index row_pos = 0;  ///< position of the current row
     mutable drow bd;    ///< (q_i + v) . P_{pos-j} for j < done: terms (b) + (d)
     mutable Index done = 0;
-    drow dqv;          ///< dL/d(q_i + v) of the current row, [d] (backward scratch)
-    drow rho;          ///< ds . R window, [d_R] (dW_R scratch)
+    drow dqv;  ///< dL/d(q_i + v) of the current row, [d] (backward scratch)
+    drow rho;  ///< ds . R window, [d_R] (dW_R scratch)
 
     /// Terms (a) + (c): the kernel dots q + u with the keys.
     void transform_query(Index /*pos*/, Eigen::Ref<drow> q) const noexcept { q += u; }

@@ -23,9 +23,9 @@ struct json_value {
   enum class kind { null, boolean, number, string, array, object };
   kind k = kind::null;
   bool b = false;
-  std::string text;                 ///< string contents (UTF-8) or the number's literal text
-  std::vector<json_value> items;    ///< array elements, or object values
-  std::vector<std::string> keys;    ///< object keys, parallel to items
+  std::string text;               ///< string contents (UTF-8) or the number's literal text
+  std::vector<json_value> items;  ///< array elements, or object values
+  std::vector<std::string> keys;  ///< object keys, parallel to items
 };
 
 /// A strict recursive-descent JSON parser over a complete text: RFC 8259 grammar only (no
@@ -180,10 +180,14 @@ class json_parser {
     for (int k = 0; k < 4; ++k) {
       const char h = s_[i_++];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<unsigned>(h - 'A' + 10);
-      else bad("bad hex digit in a \\u escape");
+      if (h >= '0' && h <= '9')
+        v |= static_cast<unsigned>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        v |= static_cast<unsigned>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        v |= static_cast<unsigned>(h - 'A' + 10);
+      else
+        bad("bad hex digit in a \\u escape");
     }
     return v;
   }
@@ -221,14 +225,30 @@ class json_parser {
       if (at_end()) bad("unterminated escape");
       const char e = s_[i_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           unsigned cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) bad("lone low surrogate in a \\u escape");
@@ -242,7 +262,8 @@ class json_parser {
           append_utf8(out, cp);
           break;
         }
-        default: bad(std::string("unknown escape \\") + e);
+        default:
+          bad(std::string("unknown escape \\") + e);
       }
     }
   }

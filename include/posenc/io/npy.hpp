@@ -16,7 +16,6 @@
 /// conversions to the requested Scalar, and docs/file-formats.md.
 
 #include <Eigen/Core>
-
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -41,8 +40,7 @@ struct npy_header {
 /// A tiny parser for the Python dict literal of an .npy header.
 class npy_header_parser {
  public:
-  npy_header_parser(const std::string& text, const std::string& path)
-      : s_(text), path_(path) {}
+  npy_header_parser(const std::string& text, const std::string& path) : s_(text), path_(path) {}
 
   void parse(npy_header& h) {
     bool has_descr = false, has_fortran = false, has_shape = false;
@@ -185,13 +183,20 @@ class npy_header_parser {
     if (d[0] == '<' || d[0] == '>' || d[0] == '|' || d[0] == '=') order = d[k++];
     const std::string code = d.substr(k);
     dtype t;
-    if (code == "f2") t = dtype::f16;
-    else if (code == "f4") t = dtype::f32;
-    else if (code == "f8") t = dtype::f64;
-    else if (code == "i4") t = dtype::i32;
-    else if (code == "i8") t = dtype::i64;
-    else if (code == "u1") t = dtype::u8;
-    else if (code == "b1") t = dtype::boolean;
+    if (code == "f2")
+      t = dtype::f16;
+    else if (code == "f4")
+      t = dtype::f32;
+    else if (code == "f8")
+      t = dtype::f64;
+    else if (code == "i4")
+      t = dtype::i32;
+    else if (code == "i8")
+      t = dtype::i64;
+    else if (code == "u1")
+      t = dtype::u8;
+    else if (code == "b1")
+      t = dtype::boolean;
     else {
       unsupported("not a supported dtype (supported: f2 f4 f8 i4 i8 u1 b1)");
       return dtype::f64;
@@ -211,9 +216,11 @@ class npy_header_parser {
 inline npy_header read_npy_header(input_file& f, const std::string& path) {
   const char* where = "io::read_npy";
   unsigned char pre[8];
-  if (f.size() < 10) fail(where, "path", path, "truncated: not an .npy file (shorter than its preamble)");
+  if (f.size() < 10)
+    fail(where, "path", path, "truncated: not an .npy file (shorter than its preamble)");
   f.read(0, pre, 8, "the preamble");
-  if (std::memcmp(pre, "\x93NUMPY", 6) != 0) fail(where, "path", path, "bad magic: not an .npy file");
+  if (std::memcmp(pre, "\x93NUMPY", 6) != 0)
+    fail(where, "path", path, "bad magic: not an .npy file");
   const int major = pre[6], minor = pre[7];
   if (!((major == 1 || major == 2 || major == 3) && minor == 0))
     fail(where, "path", path,
@@ -229,7 +236,8 @@ inline npy_header read_npy_header(input_file& f, const std::string& path) {
          "header length " + std::to_string(header_len) + " runs past the end of the file (" +
              std::to_string(f.size()) + " bytes)");
   if (header_len > (std::uint64_t{1} << 24))
-    fail(where, "path", path, "header length " + std::to_string(header_len) + " is implausibly large");
+    fail(where, "path", path,
+         "header length " + std::to_string(header_len) + " is implausibly large");
   std::string text(static_cast<std::size_t>(header_len), '\0');
   f.read(header_start, text.data(), text.size(), "the header");
   for (char c : text)
@@ -286,14 +294,22 @@ inline std::vector<unsigned char> npy_preamble(const char* descr, const std::vec
 
 inline const char* npy_descr(dtype t) noexcept {
   switch (t) {
-    case dtype::f16: return "<f2";
-    case dtype::f32: return "<f4";
-    case dtype::f64: return "<f8";
-    case dtype::i32: return "<i4";
-    case dtype::i64: return "<i8";
-    case dtype::u8: return "|u1";
-    case dtype::boolean: return "|b1";
-    default: return nullptr;
+    case dtype::f16:
+      return "<f2";
+    case dtype::f32:
+      return "<f4";
+    case dtype::f64:
+      return "<f8";
+    case dtype::i32:
+      return "<i4";
+    case dtype::i64:
+      return "<i8";
+    case dtype::u8:
+      return "|u1";
+    case dtype::boolean:
+      return "|b1";
+    default:
+      return nullptr;
   }
 }
 
@@ -341,8 +357,9 @@ tensor<Scalar> read_npy(const std::string& path) {
 template <class Scalar>
 matrix<Scalar> read_npy_matrix(const std::string& path, Index expected_rows = -1,
                                Index expected_cols = -1) {
-  static_assert(is_io_scalar_v<Scalar>,
-                "posenc::io::read_npy_matrix: Scalar must be float, double, int64_t, int32_t or uint8_t");
+  static_assert(
+      is_io_scalar_v<Scalar>,
+      "posenc::io::read_npy_matrix: Scalar must be float, double, int64_t, int32_t or uint8_t");
   detail::input_file f(path, "io::read_npy");
   const detail::npy_header h = detail::read_npy_header(f, path);
   const auto [rows, cols] = detail::matrix_extents(h.shape, expected_rows, expected_cols,

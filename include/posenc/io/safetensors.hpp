@@ -20,7 +20,6 @@
 /// checked before any data is read, and only the requested tensor's bytes are read.
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -46,9 +45,9 @@ struct safetensors_info {
 
 /// A validated safetensors header.
 struct safetensors_header {
-  std::vector<safetensors_info> tensors;                       ///< in the order the header lists them
-  std::vector<std::pair<std::string, std::string>> metadata;   ///< "__metadata__", if any
-  std::uint64_t data_start = 0;                                ///< file offset of the byte buffer (8 + N)
+  std::vector<safetensors_info> tensors;  ///< in the order the header lists them
+  std::vector<std::pair<std::string, std::string>> metadata;  ///< "__metadata__", if any
+  std::uint64_t data_start = 0;  ///< file offset of the byte buffer (8 + N)
 };
 
 namespace detail {
@@ -65,10 +64,14 @@ inline bool valid_utf8(const std::string& s) noexcept {
     }
     int len;
     unsigned cp;
-    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1Fu;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0Fu;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07u;
-    else return false;
+    if ((c & 0xE0) == 0xC0)
+      len = 2, cp = c & 0x1Fu;
+    else if ((c & 0xF0) == 0xE0)
+      len = 3, cp = c & 0x0Fu;
+    else if ((c & 0xF8) == 0xF0)
+      len = 4, cp = c & 0x07u;
+    else
+      return false;
     if (i + static_cast<std::size_t>(len) > n) return false;
     for (int k = 1; k < len; ++k) {
       const auto d = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
@@ -85,20 +88,29 @@ inline bool valid_utf8(const std::string& s) noexcept {
 /// The safetensors dtype string of `t` ("F16", "BF16", "F32", ...).
 inline const char* safetensors_dtype_name(dtype t) noexcept {
   switch (t) {
-    case dtype::f16: return "F16";
-    case dtype::bf16: return "BF16";
-    case dtype::f32: return "F32";
-    case dtype::f64: return "F64";
-    case dtype::i32: return "I32";
-    case dtype::i64: return "I64";
-    case dtype::u8: return "U8";
-    case dtype::boolean: return "BOOL";
+    case dtype::f16:
+      return "F16";
+    case dtype::bf16:
+      return "BF16";
+    case dtype::f32:
+      return "F32";
+    case dtype::f64:
+      return "F64";
+    case dtype::i32:
+      return "I32";
+    case dtype::i64:
+      return "I64";
+    case dtype::u8:
+      return "U8";
+    case dtype::boolean:
+      return "BOOL";
   }
   return "?";
 }
 
 /// A non-negative JSON integer that fits in int64, else an error naming `what`.
-inline std::uint64_t json_uint(const json_value& v, const std::string& what, const std::string& path) {
+inline std::uint64_t json_uint(const json_value& v, const std::string& what,
+                               const std::string& path) {
   const auto bad = [&] {
     fail("io::safetensors", "path", path,
          what + " must be a non-negative integer below 2^63" +
@@ -121,13 +133,16 @@ inline std::string json_quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
+    if (c == '"')
+      out += "\\\"";
+    else if (c == '\\')
+      out += "\\\\";
     else if (u < 0x20) {
       out += "\\u00";
       out += hex[u >> 4];
       out += hex[u & 15];
-    } else out += c;
+    } else
+      out += c;
   }
   return out + "\"";
 }
@@ -145,26 +160,33 @@ inline safetensors_header read_safetensors_header(const std::string& path) {
   const char* where = "io::safetensors";
   detail::input_file f(path, where);
   if (f.size() < 8)
-    fail(where, "path", path, "truncated: " + std::to_string(f.size()) + " bytes, shorter than the 8-byte header length");
+    fail(
+        where, "path", path,
+        "truncated: " + std::to_string(f.size()) + " bytes, shorter than the 8-byte header length");
   unsigned char len_raw[8];
   f.read(0, len_raw, 8, "the header length");
   const std::uint64_t n = detail::load_le(len_raw, 8);
   if (n > f.size() - 8)
     fail(where, "path", path,
-         "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(f.size()) +
-             " bytes)");
-  if (n > 100000000u) fail(where, "path", path, "header length " + std::to_string(n) + " exceeds 100 MB");
-  if (n < 2) fail(where, "path", path, "header length " + std::to_string(n) + " is too short for a JSON object");
+         "header length " + std::to_string(n) + " runs past the end of the file (" +
+             std::to_string(f.size()) + " bytes)");
+  if (n > 100000000u)
+    fail(where, "path", path, "header length " + std::to_string(n) + " exceeds 100 MB");
+  if (n < 2)
+    fail(where, "path", path,
+         "header length " + std::to_string(n) + " is too short for a JSON object");
   std::string text(static_cast<std::size_t>(n), '\0');
   f.read(8, text.data(), text.size(), "the header");
   if (!detail::valid_utf8(text)) fail(where, "path", path, "malformed header: not valid UTF-8");
   if (text[0] != '{') fail(where, "path", path, "malformed header: must start with '{'");
   const detail::json_value root =
       detail::json_parser(text, [&](const std::string& what, std::size_t at) {
-        fail(where, "path", path, "malformed header: " + what + " (at header byte " + std::to_string(at) + ")");
+        fail(where, "path", path,
+             "malformed header: " + what + " (at header byte " + std::to_string(at) + ")");
       }).parse_document("unexpected characters after the JSON header");
 
-  if (root.k != detail::json_value::kind::object) fail(where, "path", path, "malformed header: not a JSON object");
+  if (root.k != detail::json_value::kind::object)
+    fail(where, "path", path, "malformed header: not a JSON object");
   safetensors_header h;
   h.data_start = 8 + n;
   const std::uint64_t buffer_size = f.size() - h.data_start;
@@ -182,35 +204,51 @@ inline safetensors_header read_safetensors_header(const std::string& path) {
       }
       continue;
     }
-    if (e.k != detail::json_value::kind::object) fail(where, "path", path, label + ": entry must be an object");
+    if (e.k != detail::json_value::kind::object)
+      fail(where, "path", path, label + ": entry must be an object");
     const detail::json_value* jd = nullptr;
     const detail::json_value* js = nullptr;
     const detail::json_value* jo = nullptr;
     for (std::size_t m = 0; m < e.keys.size(); ++m) {
-      if (e.keys[m] == "dtype") jd = &e.items[m];
-      else if (e.keys[m] == "shape") js = &e.items[m];
-      else if (e.keys[m] == "data_offsets") jo = &e.items[m];
-      else fail(where, "path", path, label + ": unexpected key \"" + e.keys[m] + "\"");
+      if (e.keys[m] == "dtype")
+        jd = &e.items[m];
+      else if (e.keys[m] == "shape")
+        js = &e.items[m];
+      else if (e.keys[m] == "data_offsets")
+        jo = &e.items[m];
+      else
+        fail(where, "path", path, label + ": unexpected key \"" + e.keys[m] + "\"");
     }
     if (!jd) fail(where, "path", path, label + ": missing \"dtype\"");
     if (!js) fail(where, "path", path, label + ": missing \"shape\"");
     if (!jo) fail(where, "path", path, label + ": missing \"data_offsets\"");
     safetensors_info info;
     info.name = name;
-    if (jd->k != detail::json_value::kind::string) fail(where, "path", path, label + ": dtype must be a string");
+    if (jd->k != detail::json_value::kind::string)
+      fail(where, "path", path, label + ": dtype must be a string");
     const std::string& d = jd->text;
-    if (d == "F16") info.type = dtype::f16;
-    else if (d == "BF16") info.type = dtype::bf16;
-    else if (d == "F32") info.type = dtype::f32;
-    else if (d == "F64") info.type = dtype::f64;
-    else if (d == "I32") info.type = dtype::i32;
-    else if (d == "I64") info.type = dtype::i64;
-    else if (d == "U8") info.type = dtype::u8;
-    else if (d == "BOOL") info.type = dtype::boolean;
+    if (d == "F16")
+      info.type = dtype::f16;
+    else if (d == "BF16")
+      info.type = dtype::bf16;
+    else if (d == "F32")
+      info.type = dtype::f32;
+    else if (d == "F64")
+      info.type = dtype::f64;
+    else if (d == "I32")
+      info.type = dtype::i32;
+    else if (d == "I64")
+      info.type = dtype::i64;
+    else if (d == "U8")
+      info.type = dtype::u8;
+    else if (d == "BOOL")
+      info.type = dtype::boolean;
     else
       fail(where, "path", path,
-           label + ": unsupported dtype \"" + d + "\" (supported: F16 BF16 F32 F64 I32 I64 U8 BOOL)");
-    if (js->k != detail::json_value::kind::array) fail(where, "path", path, label + ": shape must be an array");
+           label + ": unsupported dtype \"" + d +
+               "\" (supported: F16 BF16 F32 F64 I32 I64 U8 BOOL)");
+    if (js->k != detail::json_value::kind::array)
+      fail(where, "path", path, label + ": shape must be an array");
     if (js->items.size() > 64) fail(where, "path", path, label + ": shape has more than 64 axes");
     for (std::size_t a = 0; a < js->items.size(); ++a)
       info.shape.push_back(static_cast<Index>(
@@ -222,37 +260,39 @@ inline safetensors_header read_safetensors_header(const std::string& path) {
     info.end = detail::json_uint(jo->items[1], label + ": data_offsets[1]", path);
     if (info.begin > info.end)
       fail(where, "path", path,
-           label + ": data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
-               "] are reversed");
+           label + ": data_offsets [" + std::to_string(info.begin) + ", " +
+               std::to_string(info.end) + "] are reversed");
     if (info.end > buffer_size)
       fail(where, "path", path,
-           label + ": data_offsets end " + std::to_string(info.end) + " is past the end of the data (" +
-               std::to_string(buffer_size) + " bytes): truncated file?");
+           label + ": data_offsets end " + std::to_string(info.end) +
+               " is past the end of the data (" + std::to_string(buffer_size) +
+               " bytes): truncated file?");
     const std::uint64_t need = static_cast<std::uint64_t>(numel) * dtype_size(info.type);
     if (info.end - info.begin != need)
       fail(where, "path", path,
-           label + ": data_offsets span " + std::to_string(info.end - info.begin) + " bytes but shape and dtype " +
-               d + " need " + std::to_string(need));
+           label + ": data_offsets span " + std::to_string(info.end - info.begin) +
+               " bytes but shape and dtype " + d + " need " + std::to_string(need));
     h.tensors.push_back(std::move(info));
   }
   // The tensors must tile the buffer: sorted by offsets, each starting where the previous
   // one ended, the last ending at the end of the file.
   std::vector<const safetensors_info*> order;
   for (const auto& t : h.tensors) order.push_back(&t);
-  std::stable_sort(order.begin(), order.end(), [](const safetensors_info* a, const safetensors_info* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const safetensors_info* a, const safetensors_info* b) {
+                     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+                   });
   std::uint64_t at = 0;
   const safetensors_info* prev = nullptr;
   for (const safetensors_info* t : order) {
     if (t->begin < at)
       fail(where, "path", path,
-           "tensor \"" + t->name + "\" data_offsets [" + std::to_string(t->begin) + ", " + std::to_string(t->end) +
-               "] overlap tensor \"" + prev->name + "\"");
+           "tensor \"" + t->name + "\" data_offsets [" + std::to_string(t->begin) + ", " +
+               std::to_string(t->end) + "] overlap tensor \"" + prev->name + "\"");
     if (t->begin > at)
       fail(where, "path", path,
-           "gap in the data before tensor \"" + t->name + "\" (bytes [" + std::to_string(at) + ", " +
-               std::to_string(t->begin) + ") belong to no tensor)");
+           "gap in the data before tensor \"" + t->name + "\" (bytes [" + std::to_string(at) +
+               ", " + std::to_string(t->begin) + ") belong to no tensor)");
     at = t->end;
     prev = t;
   }
@@ -283,7 +323,8 @@ inline const safetensors_info& find_tensor(const safetensors_header& h, const st
       have += (k ? ", " : "") + ("\"" + h.tensors[k].name + "\"");
     if (h.tensors.size() > 8) have += ", ...";
     posenc::detail::fail(where, "name", "'" + name + "'",
-                         "no such tensor in " + path + " (it has " + std::to_string(h.tensors.size()) +
+                         "no such tensor in " + path + " (it has " +
+                             std::to_string(h.tensors.size()) +
                              (h.tensors.empty() ? "" : ": " + have) + ")");
   }
   return *it;
@@ -291,11 +332,12 @@ inline const safetensors_info& find_tensor(const safetensors_header& h, const st
 
 /// Reads the data of `info` into `dst` (info's element count), converting to Scalar.
 template <class Scalar>
-void read_tensor_data(const std::string& path, const safetensors_header& h, const safetensors_info& info,
-                      Index n, Scalar* dst) {
+void read_tensor_data(const std::string& path, const safetensors_header& h,
+                      const safetensors_info& info, Index n, Scalar* dst) {
   input_file f(path, "io::read_safetensors");
-  f.read_elements(h.data_start + info.begin, info.type, n, dst,
-                  std::string(safetensors_dtype_name(info.type)) + " (tensor \"" + info.name + "\")");
+  f.read_elements(
+      h.data_start + info.begin, info.type, n, dst,
+      std::string(safetensors_dtype_name(info.type)) + " (tensor \"" + info.name + "\")");
 }
 
 }  // namespace detail
@@ -306,8 +348,9 @@ void read_tensor_data(const std::string& path, const safetensors_header& h, cons
 /// Throws posenc::error for a missing name ("name = '...'") or any defect of the file.
 template <class Scalar>
 tensor<Scalar> read_safetensors(const std::string& path, const std::string& name) {
-  static_assert(is_io_scalar_v<Scalar>,
-                "posenc::io::read_safetensors: Scalar must be float, double, int64_t, int32_t or uint8_t");
+  static_assert(
+      is_io_scalar_v<Scalar>,
+      "posenc::io::read_safetensors: Scalar must be float, double, int64_t, int32_t or uint8_t");
   const safetensors_header h = read_safetensors_header(path);
   const safetensors_info& info = detail::find_tensor(h, path, name, "io::read_safetensors");
   tensor<Scalar> t;
@@ -324,7 +367,8 @@ template <class Scalar>
 matrix<Scalar> read_safetensors_matrix(const std::string& path, const std::string& name,
                                        Index expected_rows = -1, Index expected_cols = -1) {
   static_assert(is_io_scalar_v<Scalar>,
-                "posenc::io::read_safetensors_matrix: Scalar must be float, double, int64_t, int32_t or uint8_t");
+                "posenc::io::read_safetensors_matrix: Scalar must be float, double, int64_t, "
+                "int32_t or uint8_t");
   const safetensors_header h = read_safetensors_header(path);
   const safetensors_info& info = detail::find_tensor(h, path, name, "io::read_safetensors");
   const auto [rows, cols] = detail::matrix_extents(info.shape, expected_rows, expected_cols,
@@ -350,10 +394,13 @@ class safetensors_entry {
   template <class Scalar>
   safetensors_entry(std::string name, const tensor<Scalar>& t, dtype as = dtype_of<Scalar>())
       : name_(std::move(name)), type_(as), shape_(t.shape) {
-    const Index n = detail::checked_numel(shape_, dtype_size(as), "io::safetensors_entry", "'" + name_ + "'", "name");
-    posenc::detail::require(static_cast<Index>(t.data.size()) == n, "io::safetensors_entry", "data.size()",
-                            t.data.size(), "must equal the product of the shape of \"" + name_ + "\"");
-    detail::append_elements(bytes_, t.data.data(), n, as, "io::safetensors_entry", "name", "'" + name_ + "'");
+    const Index n = detail::checked_numel(shape_, dtype_size(as), "io::safetensors_entry",
+                                          "'" + name_ + "'", "name");
+    posenc::detail::require(static_cast<Index>(t.data.size()) == n, "io::safetensors_entry",
+                            "data.size()", t.data.size(),
+                            "must equal the product of the shape of \"" + name_ + "\"");
+    detail::append_elements(bytes_, t.data.data(), n, as, "io::safetensors_entry", "name",
+                            "'" + name_ + "'");
   }
 
   /// An Eigen matrix or expression as `[rows, cols]` in logical row-major order, stored as
@@ -363,13 +410,16 @@ class safetensors_entry {
                     dtype as = dtype_of<typename Derived::Scalar>())
       : name_(std::move(name)), type_(as), shape_{m.rows(), m.cols()} {
     const matrix<typename Derived::Scalar> rm = m;
-    detail::append_elements(bytes_, rm.data(), rm.size(), as, "io::safetensors_entry", "name", "'" + name_ + "'");
+    detail::append_elements(bytes_, rm.data(), rm.size(), as, "io::safetensors_entry", "name",
+                            "'" + name_ + "'");
   }
 
-  const std::string& name() const noexcept { return name_; }          ///< the header key
-  dtype type() const noexcept { return type_; }                       ///< the file dtype
+  const std::string& name() const noexcept { return name_; }           ///< the header key
+  dtype type() const noexcept { return type_; }                        ///< the file dtype
   const std::vector<Index>& shape() const noexcept { return shape_; }  ///< extents
-  const std::vector<unsigned char>& bytes() const noexcept { return bytes_; }  ///< little-endian data
+  const std::vector<unsigned char>& bytes() const noexcept {
+    return bytes_;
+  }  ///< little-endian data
 
  private:
   std::string name_;
@@ -383,7 +433,8 @@ class safetensors_entry {
 /// 8 bytes. Names must be unique, non-empty, valid UTF-8 and not "__metadata__"; metadata
 /// keys and values must be valid UTF-8. Throws posenc::error otherwise or when the file
 /// cannot be written.
-inline void write_safetensors(const std::string& path, const std::vector<safetensors_entry>& entries,
+inline void write_safetensors(const std::string& path,
+                              const std::vector<safetensors_entry>& entries,
                               const std::map<std::string, std::string>& metadata = {}) {
   using posenc::detail::fail;
   const char* where = "io::write_safetensors";
@@ -405,16 +456,20 @@ inline void write_safetensors(const std::string& path, const std::vector<safeten
   for (std::size_t k = 0; k < entries.size(); ++k) {
     const safetensors_entry& e = entries[k];
     if (e.name().empty()) fail(where, "name", "''", "tensor names must not be empty");
-    if (e.name() == "__metadata__") fail(where, "name", "'__metadata__'", "is reserved for the metadata");
-    if (!detail::valid_utf8(e.name())) fail(where, "name", "'" + e.name() + "'", "must be valid UTF-8");
+    if (e.name() == "__metadata__")
+      fail(where, "name", "'__metadata__'", "is reserved for the metadata");
+    if (!detail::valid_utf8(e.name()))
+      fail(where, "name", "'" + e.name() + "'", "must be valid UTF-8");
     for (std::size_t j = 0; j < k; ++j)
       if (entries[j].name() == e.name()) fail(where, "name", "'" + e.name() + "'", "appears twice");
     if (!first) json += ",";
     first = false;
-    json += detail::json_quote(e.name()) + ":{\"dtype\":\"" + detail::safetensors_dtype_name(e.type()) +
-            "\",\"shape\":[";
-    for (std::size_t a = 0; a < e.shape().size(); ++a) json += (a ? "," : "") + std::to_string(e.shape()[a]);
-    json += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e.bytes().size()) + "]}";
+    json += detail::json_quote(e.name()) + ":{\"dtype\":\"" +
+            detail::safetensors_dtype_name(e.type()) + "\",\"shape\":[";
+    for (std::size_t a = 0; a < e.shape().size(); ++a)
+      json += (a ? "," : "") + std::to_string(e.shape()[a]);
+    json += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+            std::to_string(offset + e.bytes().size()) + "]}";
     offset += e.bytes().size();
   }
   json += "}";

@@ -18,7 +18,6 @@
 /// Files are little-endian on disk whatever the host; bytes are assembled explicitly.
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -59,13 +58,17 @@ enum class dtype { f16, bf16, f32, f64, i32, i64, u8, boolean };
 constexpr std::size_t dtype_size(dtype t) noexcept {
   switch (t) {
     case dtype::f16:
-    case dtype::bf16: return 2;
+    case dtype::bf16:
+      return 2;
     case dtype::f32:
-    case dtype::i32: return 4;
+    case dtype::i32:
+      return 4;
     case dtype::f64:
-    case dtype::i64: return 8;
+    case dtype::i64:
+      return 8;
     case dtype::u8:
-    case dtype::boolean: return 1;
+    case dtype::boolean:
+      return 1;
   }
   return 0;
 }
@@ -73,14 +76,22 @@ constexpr std::size_t dtype_size(dtype t) noexcept {
 /// Short name of `t` ("f16", "bf16", "f32", "f64", "i32", "i64", "u8", "bool").
 constexpr const char* dtype_name(dtype t) noexcept {
   switch (t) {
-    case dtype::f16: return "f16";
-    case dtype::bf16: return "bf16";
-    case dtype::f32: return "f32";
-    case dtype::f64: return "f64";
-    case dtype::i32: return "i32";
-    case dtype::i64: return "i64";
-    case dtype::u8: return "u8";
-    case dtype::boolean: return "bool";
+    case dtype::f16:
+      return "f16";
+    case dtype::bf16:
+      return "bf16";
+    case dtype::f32:
+      return "f32";
+    case dtype::f64:
+      return "f64";
+    case dtype::i32:
+      return "i32";
+    case dtype::i64:
+      return "i64";
+    case dtype::u8:
+      return "u8";
+    case dtype::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -103,11 +114,16 @@ template <class Scalar>
 constexpr dtype dtype_of() noexcept {
   static_assert(is_io_scalar_v<Scalar>,
                 "posenc::io: Scalar must be float, double, int64_t, int32_t or uint8_t");
-  if constexpr (std::is_same_v<Scalar, float>) return dtype::f32;
-  else if constexpr (std::is_same_v<Scalar, double>) return dtype::f64;
-  else if constexpr (std::is_same_v<Scalar, std::int64_t>) return dtype::i64;
-  else if constexpr (std::is_same_v<Scalar, std::int32_t>) return dtype::i32;
-  else return dtype::u8;
+  if constexpr (std::is_same_v<Scalar, float>)
+    return dtype::f32;
+  else if constexpr (std::is_same_v<Scalar, double>)
+    return dtype::f64;
+  else if constexpr (std::is_same_v<Scalar, std::int64_t>)
+    return dtype::i64;
+  else if constexpr (std::is_same_v<Scalar, std::int32_t>)
+    return dtype::i32;
+  else
+    return dtype::u8;
 }
 
 /// An N-d array in C order (last index fastest): `data[((i0 * s1 + i1) * s2 + i2) ...]`.
@@ -131,11 +147,11 @@ struct tensor {
   /// Any other rank, or data whose length does not match the shape, is a posenc::error.
   matrix<Scalar> as_matrix() const {
     posenc::detail::require(rank() == 1 || rank() == 2, "io::tensor::as_matrix", "rank", rank(),
-                    "must be 1 or 2");
+                            "must be 1 or 2");
     for (Index e : shape)
       posenc::detail::require(e >= 0, "io::tensor::as_matrix", "shape extent", e, "must be >= 0");
     posenc::detail::require(static_cast<Index>(data.size()) == size(), "io::tensor::as_matrix",
-                    "data.size()", data.size(), "must equal the product of the shape");
+                            "data.size()", data.size(), "must equal the product of the shape");
     const Index rows = rank() == 2 ? shape[0] : 1;
     const Index cols = rank() == 2 ? shape[1] : shape[0];
     matrix<Scalar> m(rows, cols);
@@ -181,7 +197,8 @@ std::uint32_t encode_small_float(double x) noexcept {
     const auto payload = static_cast<std::uint32_t>(frac_d >> (52 - M));
     return sign | inf | payload | (1u << (M - 1));
   }
-  if (exp_d == 0) return sign;  // double zero or subnormal: far below half the smallest target subnormal
+  if (exp_d == 0)
+    return sign;  // double zero or subnormal: far below half the smallest target subnormal
   const int bias = (1 << (E - 1)) - 1;
   const int e = exp_d - 1023;
   if (e > bias) return sign | inf;
@@ -289,9 +306,15 @@ U load_le_as(const unsigned char* p) noexcept {
 }
 
 // One loader per dtype, small enough to inline into the conversion loops.
-inline float load_f16(const unsigned char* p) noexcept { return half_to_float(load_le_as<std::uint16_t>(p)); }
-inline float load_bf16(const unsigned char* p) noexcept { return bf16_to_float(load_le_as<std::uint16_t>(p)); }
-inline float load_f32(const unsigned char* p) noexcept { return bits_float(load_le_as<std::uint32_t>(p)); }
+inline float load_f16(const unsigned char* p) noexcept {
+  return half_to_float(load_le_as<std::uint16_t>(p));
+}
+inline float load_bf16(const unsigned char* p) noexcept {
+  return bf16_to_float(load_le_as<std::uint16_t>(p));
+}
+inline float load_f32(const unsigned char* p) noexcept {
+  return bits_float(load_le_as<std::uint32_t>(p));
+}
 inline double load_f64(const unsigned char* p) noexcept {
   const std::uint64_t u = load_le_as<std::uint64_t>(p);
   double d;
@@ -316,20 +339,28 @@ inline std::int64_t load_bool(const unsigned char* p) noexcept { return p[0] != 
 /// Element of a little-endian buffer of dtype `t`, as a double (float dtypes).
 inline double load_float(dtype t, const unsigned char* p) noexcept {
   switch (t) {
-    case dtype::f16: return load_f16(p);
-    case dtype::bf16: return load_bf16(p);
-    case dtype::f32: return load_f32(p);
-    default: return load_f64(p);
+    case dtype::f16:
+      return load_f16(p);
+    case dtype::bf16:
+      return load_bf16(p);
+    case dtype::f32:
+      return load_f32(p);
+    default:
+      return load_f64(p);
   }
 }
 
 /// Element of a little-endian buffer of an integer/bool dtype `t`, as int64.
 inline std::int64_t load_int(dtype t, const unsigned char* p) noexcept {
   switch (t) {
-    case dtype::i32: return load_i32(p);
-    case dtype::i64: return load_i64(p);
-    case dtype::boolean: return load_bool(p);
-    default: return load_u8(p);
+    case dtype::i32:
+      return load_i32(p);
+    case dtype::i64:
+      return load_i64(p);
+    case dtype::boolean:
+      return load_bool(p);
+    default:
+      return load_u8(p);
   }
 }
 
@@ -403,7 +434,8 @@ bool assign_value(std::int64_t v, Scalar& out) noexcept {
 /// The element loop for one source dtype (`load` decodes one element), so the dtype switch
 /// stays outside the loop.
 template <class Scalar, class Load>
-Index decode_loop(const unsigned char* src, Index n, std::size_t w, Scalar* dst, Load load) noexcept {
+Index decode_loop(const unsigned char* src, Index n, std::size_t w, Scalar* dst,
+                  Load load) noexcept {
   for (Index i = 0; i < n; ++i)
     if (!assign_value(load(src + static_cast<std::size_t>(i) * w), dst[i])) return i;
   return -1;
@@ -420,14 +452,22 @@ Index decode_elements(dtype t, const unsigned char* src, Index n, Scalar* dst) n
   }
   // One lambda type per dtype: each loop is its own instantiation with the load inlined.
   switch (t) {
-    case dtype::f16: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f16(p); });
-    case dtype::bf16: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_bf16(p); });
-    case dtype::f32: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f32(p); });
-    case dtype::f64: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f64(p); });
-    case dtype::i32: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_i32(p); });
-    case dtype::i64: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_i64(p); });
-    case dtype::u8: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_u8(p); });
-    case dtype::boolean: return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_bool(p); });
+    case dtype::f16:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f16(p); });
+    case dtype::bf16:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_bf16(p); });
+    case dtype::f32:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f32(p); });
+    case dtype::f64:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_f64(p); });
+    case dtype::i32:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_i32(p); });
+    case dtype::i64:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_i64(p); });
+    case dtype::u8:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_u8(p); });
+    case dtype::boolean:
+      return decode_loop(src, n, w, dst, [](const unsigned char* p) { return load_bool(p); });
   }
   return -1;
 }
@@ -479,7 +519,9 @@ bool encode_element(dtype t, Scalar v, unsigned char* p) noexcept {
       store_le(p, static_cast<std::uint32_t>(j), 4);
       return true;
     }
-    case dtype::i64: store_le(p, static_cast<std::uint64_t>(i), 8); return true;
+    case dtype::i64:
+      store_le(p, static_cast<std::uint64_t>(i), 8);
+      return true;
     case dtype::boolean:
       if (i != 0 && i != 1) return false;
       p[0] = static_cast<unsigned char>(i);
@@ -503,11 +545,12 @@ inline Index checked_numel(const std::vector<Index>& shape, std::size_t item_siz
   for (std::size_t a = 0; a < shape.size(); ++a) {
     const Index e = shape[a];
     if (e < 0)
-      fail(where, param, path, "shape[" + std::to_string(a) + "] = " + std::to_string(e) +
-                                    " is negative");
+      fail(where, param, path,
+           "shape[" + std::to_string(a) + "] = " + std::to_string(e) + " is negative");
     if (e != 0 && n > limit / e)
-      fail(where, param, path, "shape product overflows at axis " + std::to_string(a) +
-                                    " (extent " + std::to_string(e) + ")");
+      fail(where, param, path,
+           "shape product overflows at axis " + std::to_string(a) + " (extent " +
+               std::to_string(e) + ")");
     n *= e;
   }
   return n;
@@ -573,13 +616,11 @@ class input_file {
       const Index bad = decode_elements(t, buf.data(), m, dst + i0);
       if (bad >= 0) {
         const std::size_t at = static_cast<std::size_t>(bad) * w;
-        const std::string value = dtype_is_float(t)
-                                      ? std::to_string(load_float(t, buf.data() + at))
-                                      : std::to_string(load_int(t, buf.data() + at));
+        const std::string value = dtype_is_float(t) ? std::to_string(load_float(t, buf.data() + at))
+                                                    : std::to_string(load_int(t, buf.data() + at));
         fail(where_, "path", path_,
              "dtype " + dtype_label + ": element " + std::to_string(i0 + bad) + " (" + value +
-                 ") does not convert exactly to the requested " +
-                 dtype_name(dtype_of<Scalar>()));
+                 ") does not convert exactly to the requested " + dtype_name(dtype_of<Scalar>()));
       }
     }
   }
@@ -596,7 +637,8 @@ inline void write_file(const std::string& path, const std::vector<unsigned char>
                        const char* where) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) fail(where, "path", path, "cannot open the file for writing");
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) fail(where, "path", path, "write failed");
 }
@@ -617,8 +659,7 @@ void append_elements(std::vector<unsigned char>& bytes, const Scalar* data, Inde
     if (!encode_element(t, data[i], bytes.data() + start + static_cast<std::size_t>(i) * w)) {
       std::ostringstream os;
       os.precision(17);
-      os << "element " << i << " (" << +data[i] << ") does not convert to dtype "
-         << dtype_name(t);
+      os << "element " << i << " (" << +data[i] << ") does not convert to dtype " << dtype_name(t);
       fail(where, param, value, os.str());
     }
   }

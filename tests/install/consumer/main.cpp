@@ -1,8 +1,7 @@
 // Uses the installed headers end to end and checks one known value.
-#include <posenc/posenc.hpp>
-
 #include <cmath>
 #include <cstdio>
+#include <posenc/posenc.hpp>
 
 int main() {
   std::printf("posenc %s, backend %s\n", posenc::version_string, posenc::default_backend::name());

@@ -6,9 +6,8 @@
 /// behind the choice); any other storage type takes the avx2 kernel. Declared only when
 /// POSENC_ARCH_AVX512 is 1.
 
-#include <type_traits>
-
 #include <Eigen/Core>
+#include <type_traits>
 
 #include "../avx2/rotary.hpp"
 #include "../scalar/rotary.hpp"

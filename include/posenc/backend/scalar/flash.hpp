@@ -23,7 +23,6 @@
 /// Not for direct inclusion: use posenc/attention/flash.hpp.
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -87,9 +86,12 @@ template <cache_hint Hint = cache_hint::read, class Real>
 inline void prefetch_row(const Real* p, Index n) noexcept {
   const char* b = reinterpret_cast<const char*>(p);
   for (Index off = 0; off < n * static_cast<Index>(sizeof(Real)); off += 64) {
-    if constexpr (Hint == cache_hint::write) POSENC_PREFETCH_WRITE(b + off);
-    else if constexpr (Hint == cache_hint::read_later) POSENC_PREFETCH_L2(b + off);
-    else POSENC_PREFETCH(b + off);
+    if constexpr (Hint == cache_hint::write)
+      POSENC_PREFETCH_WRITE(b + off);
+    else if constexpr (Hint == cache_hint::read_later)
+      POSENC_PREFETCH_L2(b + off);
+    else
+      POSENC_PREFETCH(b + off);
   }
 }
 
@@ -160,21 +162,21 @@ struct is_shaw<shaw_relative<S>> : std::true_type {};
 /// Per-thread buffers of one block of query rows.
 template <class Real>
 struct workspace {
-  rmat<Real> q;    ///< [block_q, d]: scale · transformed queries
-  rmat<Real> s;    ///< [block_q, block_k]: logits, then probabilities
-  rmat<Real> o;    ///< [block_q, dv]: unnormalised outputs
-  rmat<Real> qa;   ///< Shaw: scale · q_i . a^K_r, [block_q, rows]
-  rmat<Real> wb;   ///< Shaw: per-bucket weight sums, [block_q, rows]
-  std::vector<Real> m;      ///< running maxima
-  std::vector<double> l;    ///< running sums
-  std::vector<Index> lim;   ///< visible key limit per row
-  drow row;                 ///< one query row in double (query transforms)
+  rmat<Real> q;            ///< [block_q, d]: scale · transformed queries
+  rmat<Real> s;            ///< [block_q, block_k]: logits, then probabilities
+  rmat<Real> o;            ///< [block_q, dv]: unnormalised outputs
+  rmat<Real> qa;           ///< Shaw: scale · q_i . a^K_r, [block_q, rows]
+  rmat<Real> wb;           ///< Shaw: per-bucket weight sums, [block_q, rows]
+  std::vector<Real> m;     ///< running maxima
+  std::vector<double> l;   ///< running sums
+  std::vector<Index> lim;  ///< visible key limit per row
+  drow row;                ///< one query row in double (query transforms)
   // One query row per SIMD lane (backend/simd/flash.hpp), transposed:
-  rmat<Real> qt;  ///< [d, block_q]: q of the block
-  rmat<Real> st;  ///< [block_k, block_q]: logits, then probabilities
-  rmat<Real> ot;  ///< [dv, block_q]: unnormalised outputs
-  rmat<Real> vt;  ///< [block_k, dv + 16]: the key tile's rows of V, copied
-  rmat<Real> kt;  ///< [block_k, d]: the key tile's rows of K, converted (kv_block::tile)
+  rmat<Real> qt;       ///< [d, block_q]: q of the block
+  rmat<Real> st;       ///< [block_k, block_q]: logits, then probabilities
+  rmat<Real> ot;       ///< [dv, block_q]: unnormalised outputs
+  rmat<Real> vt;       ///< [block_k, dv + 16]: the key tile's rows of V, copied
+  rmat<Real> kt;       ///< [block_k, d]: the key tile's rows of K, converted (kv_block::tile)
   bool lanes = false;  ///< the current block uses the transposed buffers
 
   /// Sizes the buffers for blocks of up to `bq` query rows.
@@ -257,8 +259,8 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
 /// query row i (position pos) against keys j0 .. j0 + n.
 template <class Policy, class Real>
 inline void bias_and_mask(const head_context<Policy, Real>& hc, const call_info& ci,
-                          const workspace<Real>& ws, Index r, Index i, Index pos, Index j0,
-                          Index n, Real* s) noexcept {
+                          const workspace<Real>& ws, Index r, Index i, Index pos, Index j0, Index n,
+                          Real* s) noexcept {
   if constexpr (is_shaw<Policy>::value) {
     const auto& clip = hc.head.clip;
     const Real* qa = ws.qa.row(r).data();
@@ -351,9 +353,8 @@ inline void softmax_step(const head_context<Policy, Real>& hc, const call_info& 
 /// running maxima, sums and accumulators. Tiles past every row's visible limit are
 /// skipped (causal block skipping); within a tile, keys past a row's limit get P = 0.
 template <class Policy, class Real>
-void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index r0,
-                Index nb, Index kbeg, Index kend, workspace<Real>& ws,
-                backend::scalar const&) noexcept {
+void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index r0, Index nb,
+                Index kbeg, Index kend, workspace<Real>& ws, backend::scalar const&) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
@@ -424,8 +425,8 @@ inline Real inverse_sum(double l) noexcept {
 /// Writes rows [r0, r0 + nb) of `out` as acc(r, c) / l_r (zeros for a row that saw no
 /// key); `acc` reads the block's unnormalised outputs wherever a kernel keeps them.
 template <class Real, class TO, class Acc>
-void write_normalised(const workspace<Real>& ws, Index r0, Index nb,
-                      const strided_view<TO, 2>& out, Acc acc) noexcept {
+void write_normalised(const workspace<Real>& ws, Index r0, Index nb, const strided_view<TO, 2>& out,
+                      Acc acc) noexcept {
   using T = std::remove_cv_t<TO>;
   const Index dv = out.extent(1);
   for (Index r = 0; r < nb; ++r) {
@@ -441,10 +442,10 @@ void write_normalised(const workspace<Real>& ws, Index r0, Index nb,
 
 /// Normalises the block's accumulators and writes rows [r0, r0 + nb) of `out`.
 template <class Policy, class Real, class TO>
-void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
-                  workspace<Real>& ws, const strided_view<TO, 2>& out,
-                  backend::scalar const&) noexcept {
-  if constexpr (is_shaw<Policy>::value) ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
+void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb, workspace<Real>& ws,
+                  const strided_view<TO, 2>& out, backend::scalar const&) noexcept {
+  if constexpr (is_shaw<Policy>::value)
+    ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
   write_normalised(ws, r0, nb, out, [&](Index r, Index c) { return ws.o(r, c); });
 }
 

@@ -24,7 +24,6 @@
 /// half/bfloat16 result is T(the float kernel applied to float(x)) bit for bit.
 
 #include <Eigen/Core>
-
 #include <type_traits>
 
 #include "../../config.hpp"
@@ -62,10 +61,10 @@ struct rope_token {
   Index out_head_stride = 0;
   Index out_dim_stride = 1;
   Index heads = 0;
-  Index head_dim = 0;    ///< D
-  Index rotary_dim = 0;  ///< r <= D, even
-  Index pair_step = 1;   ///< 1 (half) or 2 (interleaved)
-  Index pair_offset = 0; ///< r/2 (half) or 1 (interleaved)
+  Index head_dim = 0;      ///< D
+  Index rotary_dim = 0;    ///< r <= D, even
+  Index pair_step = 1;     ///< 1 (half) or 2 (interleaved)
+  Index pair_offset = 0;   ///< r/2 (half) or 1 (interleaved)
   const C* cos = nullptr;  ///< r/2 values for this token (attention factor, xPos folded in)
   const C* sin = nullptr;  ///< r/2 values
   bool inverse = false;    ///< rotate by -angle (sin negated)

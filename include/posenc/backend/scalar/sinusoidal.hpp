@@ -38,8 +38,8 @@ struct sinusoidal_rows_args {
   bool has_zero_position = false;
   Index zero_position = 0;  ///< this position's row is all zeros (when has_zero_position)
   T* out = nullptr;
-  Index row_stride = 0;  ///< elements between rows
-  Index col_stride = 1;  ///< elements between columns
+  Index row_stride = 0;     ///< elements between rows
+  Index col_stride = 1;     ///< elements between columns
   bool accumulate = false;  ///< false: out = PE; true: out = scale * out + T(PE)
   T scale = T(1);
 };

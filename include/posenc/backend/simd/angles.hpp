@@ -149,8 +149,8 @@ class angle_addition {
     if (i < n) {
       const int lanes = static_cast<int>(n - i);
       combine(packet_type::load_partial(cs + i, lanes), packet_type::load_partial(cc + i, lanes),
-              packet_type::load_partial(fs + i, lanes), packet_type::load_partial(fc + i, lanes),
-              i, lanes, sink);
+              packet_type::load_partial(fs + i, lanes), packet_type::load_partial(fc + i, lanes), i,
+              lanes, sink);
     }
   }
 

@@ -104,7 +104,9 @@ inline float reduce_max(avx2_f32 a) noexcept {
 }
 inline __m256 less(avx2_f32 a, avx2_f32 b) noexcept { return _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ); }
 inline __m256 equal(avx2_f32 a, avx2_f32 b) noexcept { return _mm256_cmp_ps(a.v, b.v, _CMP_EQ_OQ); }
-inline avx2_f32 select(__m256 m, avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_blendv_ps(b.v, a.v, m)}; }
+inline avx2_f32 select(__m256 m, avx2_f32 a, avx2_f32 b) noexcept {
+  return {_mm256_blendv_ps(b.v, a.v, m)};
+}
 inline avx2_f32 abs(avx2_f32 a) noexcept { return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)}; }
 inline avx2_f32 round_nearest(avx2_f32 a) noexcept {
   return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};

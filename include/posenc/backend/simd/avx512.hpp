@@ -71,35 +71,56 @@ using avx512_f32 = packet<float, backend::avx512>;
 using avx512_f64 = packet<double, backend::avx512>;
 
 // float
-inline avx512_f32 operator+(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_add_ps(a.v, b.v)}; }
-inline avx512_f32 operator-(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_sub_ps(a.v, b.v)}; }
-inline avx512_f32 operator*(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_mul_ps(a.v, b.v)}; }
+inline avx512_f32 operator+(avx512_f32 a, avx512_f32 b) noexcept {
+  return {_mm512_add_ps(a.v, b.v)};
+}
+inline avx512_f32 operator-(avx512_f32 a, avx512_f32 b) noexcept {
+  return {_mm512_sub_ps(a.v, b.v)};
+}
+inline avx512_f32 operator*(avx512_f32 a, avx512_f32 b) noexcept {
+  return {_mm512_mul_ps(a.v, b.v)};
+}
 inline avx512_f32 fmadd(avx512_f32 a, avx512_f32 b, avx512_f32 c) noexcept {
   return {_mm512_fmadd_ps(a.v, b.v, c.v)};
 }
 inline avx512_f32 fnmadd(avx512_f32 a, avx512_f32 b, avx512_f32 c) noexcept {
   return {_mm512_fnmadd_ps(a.v, b.v, c.v)};
 }
-inline avx512_f32 swap_pairs(avx512_f32 a) noexcept { return {_mm512_maskz_permute_ps(0xFFFF, a.v, 0xB1)}; }
-inline avx512_f32 max(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_maskz_max_ps(0xFFFF, a.v, b.v)}; }
-inline avx512_f32 min(avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_maskz_min_ps(0xFFFF, a.v, b.v)}; }
+inline avx512_f32 swap_pairs(avx512_f32 a) noexcept {
+  return {_mm512_maskz_permute_ps(0xFFFF, a.v, 0xB1)};
+}
+inline avx512_f32 max(avx512_f32 a, avx512_f32 b) noexcept {
+  return {_mm512_maskz_max_ps(0xFFFF, a.v, b.v)};
+}
+inline avx512_f32 min(avx512_f32 a, avx512_f32 b) noexcept {
+  return {_mm512_maskz_min_ps(0xFFFF, a.v, b.v)};
+}
 inline float reduce_add(avx512_f32 a) noexcept {
-  __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0), _mm512_maskz_extractf32x8_ps(0xFF, a.v, 1));
+  __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0),
+                           _mm512_maskz_extractf32x8_ps(0xFF, a.v, 1));
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 inline float reduce_max(avx512_f32 a) noexcept {
-  __m256 h = _mm256_max_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0), _mm512_maskz_extractf32x8_ps(0xFF, a.v, 1));
+  __m256 h = _mm256_max_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0),
+                           _mm512_maskz_extractf32x8_ps(0xFF, a.v, 1));
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
-inline __mmask16 less(avx512_f32 a, avx512_f32 b) noexcept { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
-inline __mmask16 equal(avx512_f32 a, avx512_f32 b) noexcept { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ); }
-inline avx512_f32 select(__mmask16 m, avx512_f32 a, avx512_f32 b) noexcept { return {_mm512_mask_mov_ps(b.v, m, a.v)}; }
+inline __mmask16 less(avx512_f32 a, avx512_f32 b) noexcept {
+  return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ);
+}
+inline __mmask16 equal(avx512_f32 a, avx512_f32 b) noexcept {
+  return _mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ);
+}
+inline avx512_f32 select(__mmask16 m, avx512_f32 a, avx512_f32 b) noexcept {
+  return {_mm512_mask_mov_ps(b.v, m, a.v)};
+}
 inline avx512_f32 abs(avx512_f32 a) noexcept {
-  return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7FFFFFFF)))};
+  return {_mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7FFFFFFF)))};
 }
 inline avx512_f32 round_nearest(avx512_f32 a) noexcept {
   return {_mm512_maskz_roundscale_ps(0xFFFF, a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
@@ -111,25 +132,39 @@ inline avx512_f32 pow2(avx512_f32 n) noexcept {
 }
 
 // double
-inline avx512_f64 operator+(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_add_pd(a.v, b.v)}; }
-inline avx512_f64 operator-(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_sub_pd(a.v, b.v)}; }
-inline avx512_f64 operator*(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_mul_pd(a.v, b.v)}; }
+inline avx512_f64 operator+(avx512_f64 a, avx512_f64 b) noexcept {
+  return {_mm512_add_pd(a.v, b.v)};
+}
+inline avx512_f64 operator-(avx512_f64 a, avx512_f64 b) noexcept {
+  return {_mm512_sub_pd(a.v, b.v)};
+}
+inline avx512_f64 operator*(avx512_f64 a, avx512_f64 b) noexcept {
+  return {_mm512_mul_pd(a.v, b.v)};
+}
 inline avx512_f64 fmadd(avx512_f64 a, avx512_f64 b, avx512_f64 c) noexcept {
   return {_mm512_fmadd_pd(a.v, b.v, c.v)};
 }
 inline avx512_f64 fnmadd(avx512_f64 a, avx512_f64 b, avx512_f64 c) noexcept {
   return {_mm512_fnmadd_pd(a.v, b.v, c.v)};
 }
-inline avx512_f64 swap_pairs(avx512_f64 a) noexcept { return {_mm512_maskz_permute_pd(0xFF, a.v, 0x55)}; }
-inline avx512_f64 max(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_maskz_max_pd(0xFF, a.v, b.v)}; }
-inline avx512_f64 min(avx512_f64 a, avx512_f64 b) noexcept { return {_mm512_maskz_min_pd(0xFF, a.v, b.v)}; }
+inline avx512_f64 swap_pairs(avx512_f64 a) noexcept {
+  return {_mm512_maskz_permute_pd(0xFF, a.v, 0x55)};
+}
+inline avx512_f64 max(avx512_f64 a, avx512_f64 b) noexcept {
+  return {_mm512_maskz_max_pd(0xFF, a.v, b.v)};
+}
+inline avx512_f64 min(avx512_f64 a, avx512_f64 b) noexcept {
+  return {_mm512_maskz_min_pd(0xFF, a.v, b.v)};
+}
 inline double reduce_add(avx512_f64 a) noexcept {
-  const __m256d h = _mm256_add_pd(_mm512_maskz_extractf64x4_pd(0xF, a.v, 0), _mm512_maskz_extractf64x4_pd(0xF, a.v, 1));
+  const __m256d h = _mm256_add_pd(_mm512_maskz_extractf64x4_pd(0xF, a.v, 0),
+                                  _mm512_maskz_extractf64x4_pd(0xF, a.v, 1));
   const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
   return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 inline double reduce_max(avx512_f64 a) noexcept {
-  const __m256d h = _mm256_max_pd(_mm512_maskz_extractf64x4_pd(0xF, a.v, 0), _mm512_maskz_extractf64x4_pd(0xF, a.v, 1));
+  const __m256d h = _mm256_max_pd(_mm512_maskz_extractf64x4_pd(0xF, a.v, 0),
+                                  _mm512_maskz_extractf64x4_pd(0xF, a.v, 1));
   const __m128d s = _mm_max_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
   return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
 }

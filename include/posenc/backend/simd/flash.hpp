@@ -99,8 +99,8 @@ template <class Policy, class Real>
 constexpr bool supports() {
   return std::is_same_v<Real, float> &&
          (!Policy::has_bias || std::is_same_v<Policy, alibi_policy> ||
-          std::is_same_v<Policy, t5_bias_policy>) &&
-         !Policy::has_score_term && !Policy::has_value_term && !is_shaw<Policy>::value;
+          std::is_same_v<Policy, t5_bias_policy>)&&!Policy::has_score_term &&
+         !Policy::has_value_term && !is_shaw<Policy>::value;
 }
 
 /// α = 1 for every row of a register tile (a P·V segment after the rescale): enough for
@@ -214,7 +214,8 @@ inline void qk(int r, int c, const float* qt, Index ldq, const float* k, Index l
                float* st, Index lds) noexcept {
   using T = register_tile<Arch>;
   dispatch<T::rows, T::cols>(r, c, [&](auto R, auto C) {
-    qk_tile<simd::packet<float, Arch>, decltype(R)::value, decltype(C)::value>(qt, ldq, k, ldk, d, st, lds);
+    qk_tile<simd::packet<float, Arch>, decltype(R)::value, decltype(C)::value>(qt, ldq, k, ldk, d,
+                                                                               st, lds);
   });
 }
 template <class Arch>
@@ -222,7 +223,8 @@ inline void pv(int r, int c, const float* pt, Index ldp, const float* v, Index l
                const float* alpha, float* ot, Index ldo) noexcept {
   using T = register_tile<Arch>;
   dispatch<T::rows, T::cols>(r, c, [&](auto R, auto C) {
-    pv_tile<simd::packet<float, Arch>, decltype(R)::value, decltype(C)::value>(pt, ldp, v, ldv, nk, alpha, ot, ldo);
+    pv_tile<simd::packet<float, Arch>, decltype(R)::value, decltype(C)::value>(pt, ldp, v, ldv, nk,
+                                                                               alpha, ot, ldo);
   });
 }
 
@@ -260,7 +262,8 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
   P mx = max(max(mx4[0], mx4[1]), max(mx4[2], mx4[3]));
   // the rest, with the per-lane test (every lane sees the keys below `low`)
   for (Index j = j4; j < nk; ++j)
-    mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx), mx);
+    mx = select(less(P::broadcast(static_cast<float>(j)), visible), max(P::load(st + j * lds), mx),
+                mx);
   // α = 2^(m_old - m_new); 1 where the max did not move (also when both are -inf)
   const P a = select(equal(m_old, mx), P::broadcast(1.0f), exp2_nonpositive(m_old - mx));
   // rows whose max is still -inf saw no finite logit: subtracting 0 instead gives exp(-inf)
@@ -271,7 +274,8 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
   Index j2 = 0;
   for (; j2 + 2 <= low; j2 += 2) {
     float* s = st + j2 * lds;
-    const P p0 = exp2_nonpositive(P::load(s) - shift), p1 = exp2_nonpositive(P::load(s + lds) - shift);
+    const P p0 = exp2_nonpositive(P::load(s) - shift),
+            p1 = exp2_nonpositive(P::load(s + lds) - shift);
     p0.store(s);
     p1.store(s + lds);
     sum = sum + p0;
@@ -345,7 +349,8 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
   bool take = false;
   if constexpr (lanes::supports<Policy, Real>()) {
     const attention_mask& mask = *ci.mask;
-    const bool exact_distances = !std::is_same_v<Policy, alibi_policy> || ci.shape.len_k < (Index(1) << 24);
+    const bool exact_distances =
+        !std::is_same_v<Policy, alibi_policy> || ci.shape.len_k < (Index(1) << 24);
     take = nb > tiles<Real>::decode_rows && mask.allowed.size() == 0 && mask.additive.size() == 0 &&
            exact_distances;
   }
@@ -372,8 +377,8 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
 /// Visits keys [kbeg, kend) for the block's rows (see the file comment).
 template <class Policy, class Real, class Arch,
           std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
-void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index r0,
-                Index nb, Index kbeg, Index kend, workspace<Real>& ws, Arch const&) noexcept {
+void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index r0, Index nb,
+                Index kbeg, Index kend, workspace<Real>& ws, Arch const&) noexcept {
   if constexpr (lanes::supports<Policy, Real>()) {
     if (ws.lanes) {
       using P = simd::packet<float, Arch>;
@@ -424,7 +429,8 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
             // padding rows (lim = 0) never form their position: it may not be representable
             const Index lim = ws.lim[static_cast<std::size_t>(r)], last = lim - 1;
             const bool sym = hc.head.symmetric && lim > 0 && ci.shape.q_offset + r0 + r <= last;
-            ref[r] = lim == 0 ? 0.0f : static_cast<float>((sym ? ci.shape.q_offset + r0 + r : last) - j0);
+            ref[r] = lim == 0 ? 0.0f
+                              : static_cast<float>((sym ? ci.shape.q_offset + r0 + r : last) - j0);
           }
         }
         // The next tile's K and V rows, a slice per group of rows, into L2: rows H·d floats
@@ -432,11 +438,13 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
         // the first group's pass over a tile missed L2 at every row. 8-10 % at N = 2048,
         // d = 128, 10-24 % at N = 8192 (AVX2 and AVX-512, docs/benchmarks.md); the same
         // prefetch into L1 gained nothing (a whole tile evicts the one being worked on).
-        const Index next = j0 + nk, next_n = std::min(bk, kend - next), groups = (vectors + RV - 1) / RV;
+        const Index next = j0 + nk, next_n = std::min(bk, kend - next),
+                    groups = (vectors + RV - 1) / RV;
         for (Index rv = 0; rv < vectors; rv += RV) {
           const int nr = static_cast<int>(std::min<Index>(RV, vectors - rv));
           if (next_n > 0) {
-            const Index g = rv / RV, a = next + next_n * g / groups, b = next + next_n * (g + 1) / groups;
+            const Index g = rv / RV, a = next + next_n * g / groups,
+                        b = next + next_n * (g + 1) / groups;
             hc.k.prefetch(a, b - a);
             hc.v.prefetch(a, b - a);
           }
@@ -467,21 +475,22 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
             if constexpr (std::is_same_v<Policy, t5_bias_policy>) {
               // entry of lane 0 (a real row) at key j0: t = size - 1 - (j0 - p0 - rel_min)
               const Index p0 = ci.shape.q_offset + r0 + o;
-              const Index t = static_cast<Index>(hc.head.bias_by_rel.size()) - 1 -
-                              (j0 - p0 - hc.head.rel_min);
+              const Index t =
+                  static_cast<Index>(hc.head.bias_by_rel.size()) - 1 - (j0 - p0 - hc.head.rel_min);
               bias.t5 = hc.t5_reversed.data() + t;
             }
             lanes::softmax_lanes<P>(st, lds, ext[v], visf + o, low[v], ws.m.data() + o,
                                     ws.l.data() + o, alpha + o, bias);
             // keys the vector does not see but its segment's P·V reads: probability 0
-            for (Index j = ext[v]; j < ext_all; ++j) std::fill(st + j * lds, st + j * lds + W, 0.0f);
+            for (Index j = ext[v]; j < ext_all; ++j)
+              std::fill(st + j * lds, st + j * lds + W, 0.0f);
           }
           if (ext_all == 0) continue;  // α = 1 and nothing to add
           const float* a = alpha + rv * W;
           if (ext[0] == ext_all) {  // one segment: the rescale fused into the product
             for (Index c = 0; c < dv; c += CK)
-              lanes::pv<Arch>(nr, static_cast<int>(std::min<Index>(CK, dv - c)), ws.st.data() + rv * W, lds,
-                              ws.vt.data() + c, ldv, ext_all, a,
+              lanes::pv<Arch>(nr, static_cast<int>(std::min<Index>(CK, dv - c)),
+                              ws.st.data() + rv * W, lds, ws.vt.data() + c, ldv, ext_all, a,
                               ws.ot.data() + c * ldo + rv * W, ldo);
             continue;
           }
@@ -509,8 +518,8 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
 /// Normalises and writes the block (transposing back from Ot when this kernel ran it).
 template <class Policy, class Real, class TO, class Arch,
           std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
-void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb,
-                  workspace<Real>& ws, const strided_view<TO, 2>& out, Arch const&) noexcept {
+void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb, workspace<Real>& ws,
+                  const strided_view<TO, 2>& out, Arch const&) noexcept {
   if (!ws.lanes) {
     finish_block(hc, r0, nb, ws, out, backend::scalar{});
     return;

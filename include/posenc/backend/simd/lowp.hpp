@@ -47,7 +47,6 @@
 /// masked 16-bit moves when the flags allow, else a small stack buffer).
 
 #include <Eigen/Core>
-
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -166,8 +165,8 @@ inline __m128i f32_to_bf16(__m256 v) noexcept {
   const __m256 unordered = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
   __m256i r = rounded;
   if (_mm256_movemask_ps(unordered) != 0) {  // NaN lanes (rare): Eigen's sign | 0x7fc0
-    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(hi, _mm256_set1_epi32(0x8000)),
-                                         _mm256_set1_epi32(0x7fc0));
+    const __m256i qnan =
+        _mm256_or_si256(_mm256_and_si256(hi, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x7fc0));
     r = _mm256_blendv_epi8(rounded, qnan, _mm256_castps_si256(unordered));
   }
   // every lane is <= 0xffff, so the unsigned saturating pack only narrows
@@ -426,7 +425,9 @@ inline void widen(const T* src, Index n, float* dst) noexcept {
     constexpr Index W = IO::packet_type::size;
     Index i = 0;
     for (; i + W <= n; i += W) IO::load(src + i).store(dst + i);
-    if (i < n) IO::load_partial(src + i, static_cast<int>(n - i)).store_partial(dst + i, static_cast<int>(n - i));
+    if (i < n)
+      IO::load_partial(src + i, static_cast<int>(n - i))
+          .store_partial(dst + i, static_cast<int>(n - i));
   } else {
     for (Index i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
   }

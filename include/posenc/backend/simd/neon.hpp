@@ -57,8 +57,9 @@ struct packet<double, backend::neon> {
 
   static packet load(const double* p) noexcept { return {vld1q_f64(p)}; }
   static packet load_partial(const double* p, int n) noexcept {
-    return {n >= 2 ? vld1q_f64(p) : n == 1 ? vsetq_lane_f64(p[0], vdupq_n_f64(0.0), 0)
-                                           : vdupq_n_f64(0.0)};
+    return {n >= 2   ? vld1q_f64(p)
+            : n == 1 ? vsetq_lane_f64(p[0], vdupq_n_f64(0.0), 0)
+                     : vdupq_n_f64(0.0)};
   }
   static packet broadcast(double x) noexcept { return {vdupq_n_f64(x)}; }
   static packet zero() noexcept { return {vdupq_n_f64(0.0)}; }
@@ -78,8 +79,12 @@ using neon_f64 = packet<double, backend::neon>;
 inline neon_f32 operator+(neon_f32 a, neon_f32 b) noexcept { return {vaddq_f32(a.v, b.v)}; }
 inline neon_f32 operator-(neon_f32 a, neon_f32 b) noexcept { return {vsubq_f32(a.v, b.v)}; }
 inline neon_f32 operator*(neon_f32 a, neon_f32 b) noexcept { return {vmulq_f32(a.v, b.v)}; }
-inline neon_f32 fmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept { return {vfmaq_f32(c.v, a.v, b.v)}; }
-inline neon_f32 fnmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept { return {vfmsq_f32(c.v, a.v, b.v)}; }
+inline neon_f32 fmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept {
+  return {vfmaq_f32(c.v, a.v, b.v)};
+}
+inline neon_f32 fnmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept {
+  return {vfmsq_f32(c.v, a.v, b.v)};
+}
 inline neon_f32 swap_pairs(neon_f32 a) noexcept { return {vrev64q_f32(a.v)}; }
 inline neon_f32 max(neon_f32 a, neon_f32 b) noexcept { return {vmaxq_f32(a.v, b.v)}; }
 inline neon_f32 min(neon_f32 a, neon_f32 b) noexcept { return {vminq_f32(a.v, b.v)}; }
@@ -87,7 +92,9 @@ inline float reduce_add(neon_f32 a) noexcept { return vaddvq_f32(a.v); }
 inline float reduce_max(neon_f32 a) noexcept { return vmaxvq_f32(a.v); }
 inline uint32x4_t less(neon_f32 a, neon_f32 b) noexcept { return vcltq_f32(a.v, b.v); }
 inline uint32x4_t equal(neon_f32 a, neon_f32 b) noexcept { return vceqq_f32(a.v, b.v); }
-inline neon_f32 select(uint32x4_t m, neon_f32 a, neon_f32 b) noexcept { return {vbslq_f32(m, a.v, b.v)}; }
+inline neon_f32 select(uint32x4_t m, neon_f32 a, neon_f32 b) noexcept {
+  return {vbslq_f32(m, a.v, b.v)};
+}
 inline neon_f32 abs(neon_f32 a) noexcept { return {vabsq_f32(a.v)}; }
 inline neon_f32 round_nearest(neon_f32 a) noexcept { return {vrndnq_f32(a.v)}; }
 inline neon_f32 pow2(neon_f32 n) noexcept {
@@ -99,8 +106,12 @@ inline neon_f32 pow2(neon_f32 n) noexcept {
 inline neon_f64 operator+(neon_f64 a, neon_f64 b) noexcept { return {vaddq_f64(a.v, b.v)}; }
 inline neon_f64 operator-(neon_f64 a, neon_f64 b) noexcept { return {vsubq_f64(a.v, b.v)}; }
 inline neon_f64 operator*(neon_f64 a, neon_f64 b) noexcept { return {vmulq_f64(a.v, b.v)}; }
-inline neon_f64 fmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept { return {vfmaq_f64(c.v, a.v, b.v)}; }
-inline neon_f64 fnmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept { return {vfmsq_f64(c.v, a.v, b.v)}; }
+inline neon_f64 fmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept {
+  return {vfmaq_f64(c.v, a.v, b.v)};
+}
+inline neon_f64 fnmadd(neon_f64 a, neon_f64 b, neon_f64 c) noexcept {
+  return {vfmsq_f64(c.v, a.v, b.v)};
+}
 inline neon_f64 swap_pairs(neon_f64 a) noexcept { return {vextq_f64(a.v, a.v, 1)}; }
 inline neon_f64 max(neon_f64 a, neon_f64 b) noexcept { return {vmaxq_f64(a.v, b.v)}; }
 inline neon_f64 min(neon_f64 a, neon_f64 b) noexcept { return {vminq_f64(a.v, b.v)}; }

@@ -137,15 +137,24 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
     // compile-time constant); a partial packet, and wider rotations, reload from L1.
     const Index full = pairs / W;
     switch (full) {
-      case 1: return detail::rope_half<1, Arch>(t);
-      case 2: return detail::rope_half<2, Arch>(t);
-      case 3: return detail::rope_half<3, Arch>(t);
-      case 4: return detail::rope_half<4, Arch>(t);
-      case 5: return detail::rope_half<5, Arch>(t);
-      case 6: return detail::rope_half<6, Arch>(t);
-      case 7: return detail::rope_half<7, Arch>(t);
-      case 8: return detail::rope_half<8, Arch>(t);
-      default: return detail::rope_half<0, Arch>(t);
+      case 1:
+        return detail::rope_half<1, Arch>(t);
+      case 2:
+        return detail::rope_half<2, Arch>(t);
+      case 3:
+        return detail::rope_half<3, Arch>(t);
+      case 4:
+        return detail::rope_half<4, Arch>(t);
+      case 5:
+        return detail::rope_half<5, Arch>(t);
+      case 6:
+        return detail::rope_half<6, Arch>(t);
+      case 7:
+        return detail::rope_half<7, Arch>(t);
+      case 8:
+        return detail::rope_half<8, Arch>(t);
+      default:
+        return detail::rope_half<0, Arch>(t);
     }
   } else if (r <= rope_stack_dims) {
     // interleaved: pair i is (2i, 2i + 1): y = fmadd(swap_pairs(x), s, x c) with the
@@ -179,7 +188,8 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
       for (; e + W <= r; e += W) {
         const P c = P::load(cb + e), s = P::load(sb + e);
         for (Index j = 0; j < g; ++j) v[j] = IO::load(x + j * ihs + e);
-        for (Index j = 0; j < g; ++j) IO::store(y + j * ohs + e, fmadd(swap_pairs(v[j]), s, v[j] * c));
+        for (Index j = 0; j < g; ++j)
+          IO::store(y + j * ohs + e, fmadd(swap_pairs(v[j]), s, v[j] * c));
       }
       if (e < r) {
         const int n = static_cast<int>(r - e);

@@ -46,9 +46,13 @@ void store_pairs_scalar(T* ys, T* yc, Index step, P s, P c, int lanes) noexcept 
 
 // Double packet stored as T: directly for double, rounded once for float.
 template <class P>
-void store_as(double* y, P v) noexcept { v.store(y); }
+void store_as(double* y, P v) noexcept {
+  v.store(y);
+}
 template <class P>
-void store_as(float* y, P v) noexcept { store_cvt(y, v); }
+void store_as(float* y, P v) noexcept {
+  store_cvt(y, v);
+}
 
 }  // namespace detail
 

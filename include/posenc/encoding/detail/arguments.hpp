@@ -5,7 +5,6 @@
 /// [seq, dim] view. Internal: the public headers use these, callers do not.
 
 #include <Eigen/Core>
-
 #include <type_traits>
 #include <vector>
 

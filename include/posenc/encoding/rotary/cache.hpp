@@ -73,11 +73,11 @@ inline void check_rope_frequencies(const rope_frequencies& f, const char* where)
       fail(where, "inv_freq[" + std::to_string(i) + "]", f.inv_freq[i], "must be finite");
   require(std::isfinite(f.attention_factor), where, "attention_factor", f.attention_factor,
           "must be finite");
-  require(std::isfinite(f.xpos_scale_base) && f.xpos_scale_base >= 0.0, where,
-          "xpos_scale_base", f.xpos_scale_base, "must be finite and >= 0 (0 = no xPos)");
+  require(std::isfinite(f.xpos_scale_base) && f.xpos_scale_base >= 0.0, where, "xpos_scale_base",
+          f.xpos_scale_base, "must be finite and >= 0 (0 = no xPos)");
   if (f.has_xpos())
-    require(std::isfinite(f.xpos_gamma) && f.xpos_gamma > 0.0, where, "xpos_gamma",
-            f.xpos_gamma, "must be finite and > 0");
+    require(std::isfinite(f.xpos_gamma) && f.xpos_gamma > 0.0, where, "xpos_gamma", f.xpos_gamma,
+            "must be finite and > 0");
 }
 
 /// The cos/sin row of position `n` for `role`, r/2 values each. The single place where
@@ -190,8 +190,9 @@ class rope_row_writer {
   struct no_generator {
     explicit operator bool() const noexcept { return false; }
   };
-  using generator = std::conditional_t<rope_vector_angles_v<Backend>,
-                                       std::unique_ptr<simd::angle_addition<Backend>>, no_generator>;
+  using generator =
+      std::conditional_t<rope_vector_angles_v<Backend>,
+                         std::unique_ptr<simd::angle_addition<Backend>>, no_generator>;
 
   static generator make_generator(std::shared_ptr<const simd::fine_angles> fine) {
     if constexpr (rope_vector_angles_v<Backend>) {
@@ -280,8 +281,8 @@ class rope_cache {
     // max_position + 1 below must not overflow (reserve then checks the table size)
     detail::require(max_position < std::numeric_limits<Index>::max(), "rope_cache::ensure",
                     "max_position", max_position, "the table size overflows");
-    const Index doubled = size_ > std::numeric_limits<Index>::max() / 2 ? max_position + 1
-                                                                          : 2 * size_;
+    const Index doubled =
+        size_ > std::numeric_limits<Index>::max() / 2 ? max_position + 1 : 2 * size_;
     reserve(std::max(max_position + 1, doubled));
   }
 

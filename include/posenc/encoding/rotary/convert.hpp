@@ -18,7 +18,6 @@
 ///     head rows (interleaved): [a0 b0 a1 b1 a2 b2 a3 b3   | tail]
 
 #include <Eigen/Core>
-
 #include <cstddef>
 #include <string>
 #include <vector>

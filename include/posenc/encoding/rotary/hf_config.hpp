@@ -130,8 +130,8 @@ inline rope_config rope_config_from_hf(const rope_params& config,
                                   "needed for the head dim (or give head_dim)");
     const Index heads = required(param_index(config, heads_key), heads_key,
                                  "needed for the head dim (or give head_dim)");
-    require(heads > 0 && hidden > 0 && hidden % heads == 0, "rope_config_from_hf", heads_key,
-            heads, "must be > 0 and divide " + std::string(hidden_key) + " = " + std::to_string(hidden));
+    require(heads > 0 && hidden > 0 && hidden % heads == 0, "rope_config_from_hf", heads_key, heads,
+            "must be > 0 and divide " + std::string(hidden_key) + " = " + std::to_string(hidden));
     c.head_dim = hidden / heads;
   }
   if (auto rd = param_index(config, "rotary_dim")) {
@@ -150,8 +150,10 @@ inline rope_config rope_config_from_hf(const rope_params& config,
       c.rotary_dim = static_cast<Index>(static_cast<double>(c.head_dim) * *prf);  // int() truncates
     }
   }
-  if (auto b = param_number(config, "rope_theta")) c.base = *b;
-  else if (auto b2 = param_number(config, "rotary_emb_base")) c.base = *b2;
+  if (auto b = param_number(config, "rope_theta"))
+    c.base = *b;
+  else if (auto b2 = param_number(config, "rotary_emb_base"))
+    c.base = *b2;
   if (auto b = param_number(rope_scaling, "rope_theta")) c.base = *b;
   if (auto mt = param_string(config, "model_type"))
     if (*mt == "gptj" || *mt == "codegen") c.pairing = rope_pairing::interleaved;
@@ -208,14 +210,15 @@ inline rope_config rope_config_from_hf(const rope_params& config,
                    "original_max_position_embeddings", need_factor);
       break;
     case rope_scaling_type::longrope: {
-      c.short_factor = required(param_list(rope_scaling, "short_factor"), "short_factor", need_factor);
+      c.short_factor =
+          required(param_list(rope_scaling, "short_factor"), "short_factor", need_factor);
       c.long_factor = required(param_list(rope_scaling, "long_factor"), "long_factor", need_factor);
       std::optional<Index> orig = param_index(config, "original_max_position_embeddings");
       if (!orig) orig = param_index(rope_scaling, "original_max_position_embeddings");
       c.original_max_positions = required(orig ? orig : max_pos, "original_max_position_embeddings",
                                           "required by longrope (or max_position_embeddings)");
-      require(c.original_max_positions > 0, "rope_config_from_hf", "original_max_position_embeddings",
-              c.original_max_positions, "must be > 0");
+      require(c.original_max_positions > 0, "rope_config_from_hf",
+              "original_max_position_embeddings", c.original_max_positions, "must be > 0");
       if (auto f = param_number(rope_scaling, "factor"))
         c.factor = *f;
       else if (orig && max_pos)
@@ -276,8 +279,8 @@ inline rope_config rope_config_from_gguf(const gguf_rope_params& g) {
                   "must be even and > 0");
   detail::require(std::isfinite(g.freq_scale) && g.freq_scale > 0.0, where, "freq_scale",
                   g.freq_scale, "must be finite and > 0");
-  detail::require(std::isfinite(g.ext_factor) && g.ext_factor >= 0.0 && g.ext_factor <= 1.0,
-                  where, "ext_factor", g.ext_factor, "must be in [0, 1]");
+  detail::require(std::isfinite(g.ext_factor) && g.ext_factor >= 0.0 && g.ext_factor <= 1.0, where,
+                  "ext_factor", g.ext_factor, "must be in [0, 1]");
   detail::require(std::isfinite(g.attn_factor) && g.attn_factor > 0.0, where, "attn_factor",
                   g.attn_factor, "must be finite and > 0");
   rope_config c;
@@ -312,12 +315,19 @@ namespace detail {
 /// Stores one config.json value under `key` when it is a kind rope_params holds: a string, a
 /// number, a boolean or a list of numbers. null leaves the key absent; objects and lists
 /// holding anything but numbers are skipped.
-inline void hf_value_into(rope_params& out, const std::string& key, const io::detail::json_value& v) {
+inline void hf_value_into(rope_params& out, const std::string& key,
+                          const io::detail::json_value& v) {
   using kind = io::detail::json_value::kind;
   switch (v.k) {
-    case kind::string: out[key] = v.text; break;
-    case kind::number: out[key] = std::strtod(v.text.c_str(), nullptr); break;
-    case kind::boolean: out[key] = v.b; break;
+    case kind::string:
+      out[key] = v.text;
+      break;
+    case kind::number:
+      out[key] = std::strtod(v.text.c_str(), nullptr);
+      break;
+    case kind::boolean:
+      out[key] = v.b;
+      break;
     case kind::array: {
       std::vector<double> list;
       for (const io::detail::json_value& item : v.items) {
@@ -328,7 +338,8 @@ inline void hf_value_into(rope_params& out, const std::string& key, const io::de
       break;
     }
     case kind::null:
-    case kind::object: break;
+    case kind::object:
+      break;
   }
 }
 
@@ -341,14 +352,16 @@ inline void read_hf_json(std::string_view text, std::string_view layer_type, rop
   using kind = io::detail::json_value::kind;
   constexpr const char* where = "rope_config_from_hf_json";
   const std::size_t first = std::min(text.find_first_not_of(" \t\n\r"), text.size());
-  if (first == text.size() || text[first] != '{') fail(where, "offset", first, "invalid JSON: expected '{'");
+  if (first == text.size() || text[first] != '{')
+    fail(where, "offset", first, "invalid JSON: expected '{'");
   const io::detail::json_value root =
       io::detail::json_parser(text, [&](const std::string& what, std::size_t at) {
         fail(where, "offset", at, "invalid JSON: " + what);
       }).parse_document("trailing characters after the top-level object");
   for (std::size_t k = 0; k < root.keys.size(); ++k) {
     const io::detail::json_value& dict = root.items[k];
-    if ((root.keys[k] != "rope_scaling" && root.keys[k] != "rope_parameters") || dict.k != kind::object) {
+    if ((root.keys[k] != "rope_scaling" && root.keys[k] != "rope_parameters") ||
+        dict.k != kind::object) {
       hf_value_into(top, root.keys[k], dict);
       continue;
     }
@@ -360,7 +373,8 @@ inline void read_hf_json(std::string_view text, std::string_view layer_type, rop
       }
       nested.push_back(dict.keys[m]);
       if (!layer_type.empty() && dict.keys[m] == layer_type)
-        for (std::size_t j = 0; j < member.keys.size(); ++j) hf_value_into(scaling, member.keys[j], member.items[j]);
+        for (std::size_t j = 0; j < member.keys.size(); ++j)
+          hf_value_into(scaling, member.keys[j], member.items[j]);
     }
   }
 }
@@ -371,8 +385,8 @@ inline void read_hf_json(std::string_view text, std::string_view layer_type, rop
 /// its `rope_scaling` or `rope_parameters` object). Configs whose `rope_parameters` is keyed
 /// by layer type (e.g. "full_attention" / "sliding_attention") need `layer_type` to pick one.
 /// The text must be strict JSON (io/json.hpp: RFC 8259, no duplicate keys, nothing after the
-/// top-level object). Throws posenc::error for invalid JSON (naming the offset), a per-layer-type dict without
-/// (or without the given) `layer_type`, and everything rope_config_from_hf() rejects.
+/// top-level object). Throws posenc::error for invalid JSON (naming the offset), a per-layer-type
+/// dict without (or without the given) `layer_type`, and everything rope_config_from_hf() rejects.
 inline rope_config rope_config_from_hf_json(std::string_view json_text,
                                             std::string_view layer_type = {}) {
   rope_params top, scaling;

@@ -22,7 +22,6 @@
 /// as 1D RoPE (backend/scalar/rotary.hpp); angles are computed in double, rounded once.
 
 #include <Eigen/Core>
-
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -56,8 +55,12 @@ class multi_axis_rotary {
   multi_axis_rotary(Index head_dim, std::vector<double> inv_freq, std::vector<Index> axis_of_pair,
                     Index axes, rope_pairing pairing = rope_pairing::half,
                     double attention_factor = 1.0)
-      : head_dim_(head_dim), axes_(axes), pairing_(pairing), attention_factor_(attention_factor),
-        inv_freq_(std::move(inv_freq)), axis_of_pair_(std::move(axis_of_pair)) {
+      : head_dim_(head_dim),
+        axes_(axes),
+        pairing_(pairing),
+        attention_factor_(attention_factor),
+        inv_freq_(std::move(inv_freq)),
+        axis_of_pair_(std::move(axis_of_pair)) {
     const char* where = "multi_axis_rotary";
     detail::require(head_dim > 0, where, "head_dim", head_dim, "must be > 0");
     detail::require(axes > 0, where, "axes", axes, "must be > 0");
@@ -88,12 +91,13 @@ class multi_axis_rotary {
 
   /// In place on one head x [L, D] (writable Eigen matrix/block/map), positions [axes, L].
   template <class Derived>
-  void apply(const Eigen::MatrixBase<Derived>& x, const Eigen::Ref<const rope_axis_positions>& positions) {
+  void apply(const Eigen::MatrixBase<Derived>& x,
+             const Eigen::Ref<const rope_axis_positions>& positions) {
     static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
                   "posenc::multi_axis_rotary: the matrix's Scalar must be the embedding's");
-    static_assert(bool(Derived::Flags & Eigen::DirectAccessBit) &&
-                      bool(Derived::Flags & Eigen::LvalueBit),
-                  "posenc::multi_axis_rotary: x must be a writable Matrix, Map, Block or Ref");
+    static_assert(
+        bool(Derived::Flags & Eigen::DirectAccessBit) && bool(Derived::Flags & Eigen::LvalueBit),
+        "posenc::multi_axis_rotary: x must be a writable Matrix, Map, Block or Ref");
     auto& m = const_cast<Eigen::MatrixBase<Derived>&>(x).derived();
     const auto v = view_of(m);
     const heads_view<Scalar> h(v.data(), {1, v.extent(0), 1, v.extent(1)},
@@ -102,7 +106,8 @@ class multi_axis_rotary {
     run(h, none, positions);
   }
   /// In place on [L, H, D], positions [axes, L].
-  void apply(const strided_view<Scalar, 3>& x, const Eigen::Ref<const rope_axis_positions>& positions) {
+  void apply(const strided_view<Scalar, 3>& x,
+             const Eigen::Ref<const rope_axis_positions>& positions) {
     const heads_view<Scalar> none;
     run(lift(x), none, positions);
   }
@@ -143,8 +148,8 @@ class multi_axis_rotary {
                     "must equal axes = " + std::to_string(axes_));
     const Index n = positions.cols();
     detail::require(n == seq || n == batch * seq, where, "positions.cols()", n,
-                    "must equal seq = " + std::to_string(seq) + " or batch * seq = " +
-                        std::to_string(batch * seq));
+                    "must equal seq = " + std::to_string(seq) +
+                        " or batch * seq = " + std::to_string(batch * seq));
     for (Index a = 0; a < positions.rows(); ++a)
       for (Index l = 0; l < n; ++l)
         if (positions(a, l) < 0)
@@ -172,10 +177,13 @@ class multi_axis_rotary {
       for (Index l = 0; l < seq; ++l) {
         const Index col = n == seq ? l : b * seq + l;
         for (Index i = 0; i < pairs; ++i) {
-          const double angle = static_cast<double>(positions(axis_of_pair_[static_cast<std::size_t>(i)], col)) *
-                               inv_freq_[static_cast<std::size_t>(i)];
-          cs[static_cast<std::size_t>(i)] = static_cast<Scalar>(std::cos(angle) * attention_factor_);
-          cs[static_cast<std::size_t>(pairs + i)] = static_cast<Scalar>(std::sin(angle) * attention_factor_);
+          const double angle =
+              static_cast<double>(positions(axis_of_pair_[static_cast<std::size_t>(i)], col)) *
+              inv_freq_[static_cast<std::size_t>(i)];
+          cs[static_cast<std::size_t>(i)] =
+              static_cast<Scalar>(std::cos(angle) * attention_factor_);
+          cs[static_cast<std::size_t>(pairs + i)] =
+              static_cast<Scalar>(std::sin(angle) * attention_factor_);
         }
         for (const heads_view<Scalar>* v : {&q, &k}) {
           if (v->data() == nullptr) continue;
@@ -219,9 +227,9 @@ multi_axis_rotary<Scalar, Backend> mrope(Index head_dim, const std::vector<Index
   std::vector<Index> axis;
   for (std::size_t s = 0; s < sections.size(); ++s)
     axis.insert(axis.end(), static_cast<std::size_t>(sections[s]), static_cast<Index>(s));
-  return multi_axis_rotary<Scalar, Backend>(head_dim, plain_rope_frequencies(2 * pairs, base).inv_freq,
-                                            std::move(axis), static_cast<Index>(sections.size()),
-                                            pairing);
+  return multi_axis_rotary<Scalar, Backend>(
+      head_dim, plain_rope_frequencies(2 * pairs, base).inv_freq, std::move(axis),
+      static_cast<Index>(sections.size()), pairing);
 }
 
 /// 2D axial RoPE for image patches: rotary dim r (-1 = head_dim, a multiple of 4); the first

@@ -33,7 +33,6 @@
 ///     rope.apply_qk(posenc::view_shd(q, L, 32, 128), posenc::view_shd(k, L, 32, 128), 7);
 
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -158,10 +157,10 @@ class rotary_embedding {
     detail::require(options.cache_limit >= 0, "rotary_embedding", "cache_limit",
                     options.cache_limit, "must be >= 0");
     // max_len is capped by cache_limit like every other growth of the cache
-    cache_ = rope_cache<real_type, Backend>(
-        std::move(freqs), options.precision,
-        options.cache == rope_cache_mode::cached ? std::min(options.max_len, options.cache_limit)
-                                                 : 0);
+    cache_ = rope_cache<real_type, Backend>(std::move(freqs), options.precision,
+                                            options.cache == rope_cache_mode::cached
+                                                ? std::min(options.max_len, options.cache_limit)
+                                                : 0);
   }
 
   /// From a configuration (any scaling): its frequencies for a sequence length `seq_len`
@@ -182,8 +181,7 @@ class rotary_embedding {
   /// on the fly): rows past cache_limit are never stored (they are computed on the fly,
   /// with identical results). Throws posenc::error naming `max_len` when it is < 0.
   void reserve(Index max_len) {
-    detail::require(max_len >= 0, "rotary_embedding::reserve", "max_len", max_len,
-                    "must be >= 0");
+    detail::require(max_len >= 0, "rotary_embedding::reserve", "max_len", max_len, "must be >= 0");
     if (options_.cache == rope_cache_mode::cached)
       cache_.reserve(std::min(max_len, options_.cache_limit));
   }
@@ -312,10 +310,10 @@ class rotary_embedding {
   static heads_view<Scalar> writable_view(const Eigen::MatrixBase<Derived>& x) {
     static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
                   "posenc::rotary_embedding: the matrix's Scalar must be the embedding's");
-    static_assert(bool(Derived::Flags & Eigen::DirectAccessBit) &&
-                      bool(Derived::Flags & Eigen::LvalueBit),
-                  "posenc::rotary_embedding: the output must be a writable Matrix, Map, Block "
-                  "or Ref with direct access");
+    static_assert(
+        bool(Derived::Flags & Eigen::DirectAccessBit) && bool(Derived::Flags & Eigen::LvalueBit),
+        "posenc::rotary_embedding: the output must be a writable Matrix, Map, Block "
+        "or Ref with direct access");
     // Eigen's documented idiom for writable MatrixBase arguments
     auto& m = const_cast<Eigen::MatrixBase<Derived>&>(x).derived();
     const auto v = view_of(m);
@@ -358,8 +356,9 @@ class rotary_embedding {
                       "must equal head_dim = " + std::to_string(head_dim_));
       for (int a = 0; a < 4; ++a)
         detail::require(jb.out.extent(a) == jb.in.extent(a), where, who + "out." + axes[a],
-                        jb.out.extent(a), "must equal the input's " + std::string(axes[a]) +
-                                              " = " + std::to_string(jb.in.extent(a)));
+                        jb.out.extent(a),
+                        "must equal the input's " + std::string(axes[a]) + " = " +
+                            std::to_string(jb.in.extent(a)));
       if (static_cast<const Scalar*>(jb.out.data()) == jb.in.data())
         for (int a = 0; a < 4; ++a)
           detail::require(jb.out.stride(a) == jb.in.stride(a) || jb.in.extent(a) <= 1, where,
@@ -383,8 +382,8 @@ class rotary_embedding {
     // n / seq rather than batch * seq: extents of stride-0 views may be huge
     detail::require(n == seq || (seq > 0 && n % seq == 0 && n / seq == batch), where,
                     "position_ids.size()", n,
-                    "must equal seq = " + std::to_string(seq) + " or batch * seq (batch = " +
-                        std::to_string(batch) + ")");
+                    "must equal seq = " + std::to_string(seq) +
+                        " or batch * seq (batch = " + std::to_string(batch) + ")");
     detail::require(n == 0 || positions.ids() != nullptr, where, "position_ids", "nullptr",
                     "non-empty ids need memory");
     Index max_pos = -1;
@@ -405,8 +404,8 @@ class rotary_embedding {
     const bool cached = options_.cache == rope_cache_mode::cached;
     if (cached && max_pos >= cache_.size() && cache_.size() < options_.cache_limit) {
       // grow geometrically (amortised O(1) rows per decoded token), never past the limit
-      const Index doubled = cache_.size() > options_.cache_limit / 2 ? options_.cache_limit
-                                                                      : 2 * cache_.size();
+      const Index doubled =
+          cache_.size() > options_.cache_limit / 2 ? options_.cache_limit : 2 * cache_.size();
       // max_pos may be INT64_MAX: cap it below the limit before adding 1
       cache_.reserve(std::min(options_.cache_limit,
                               std::max(std::min(max_pos, options_.cache_limit - 1) + 1, doubled)));

@@ -40,14 +40,22 @@ enum class rope_scaling_type {
 /// The canonical name: "none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "xpos".
 inline const char* to_string(rope_scaling_type t) noexcept {
   switch (t) {
-    case rope_scaling_type::none: return "none";
-    case rope_scaling_type::linear: return "linear";
-    case rope_scaling_type::ntk: return "ntk";
-    case rope_scaling_type::dynamic: return "dynamic";
-    case rope_scaling_type::yarn: return "yarn";
-    case rope_scaling_type::llama3: return "llama3";
-    case rope_scaling_type::longrope: return "longrope";
-    case rope_scaling_type::xpos: return "xpos";
+    case rope_scaling_type::none:
+      return "none";
+    case rope_scaling_type::linear:
+      return "linear";
+    case rope_scaling_type::ntk:
+      return "ntk";
+    case rope_scaling_type::dynamic:
+      return "dynamic";
+    case rope_scaling_type::yarn:
+      return "yarn";
+    case rope_scaling_type::llama3:
+      return "llama3";
+    case rope_scaling_type::longrope:
+      return "longrope";
+    case rope_scaling_type::xpos:
+      return "xpos";
   }
   return "unknown";
 }
@@ -65,8 +73,9 @@ inline rope_scaling_type parse_rope_scaling_type(std::string_view name,
   if (name == "llama3") return rope_scaling_type::llama3;
   if (name == "longrope" || name == "su") return rope_scaling_type::longrope;
   if (name == "xpos") return rope_scaling_type::xpos;
-  detail::fail("rope_config", param, std::string(name),
-               "unknown scaling (expected none|default|linear|ntk|dynamic|yarn|llama3|longrope|su|xpos)");
+  detail::fail(
+      "rope_config", param, std::string(name),
+      "unknown scaling (expected none|default|linear|ntk|dynamic|yarn|llama3|longrope|su|xpos)");
 }
 
 /// "half" / "interleaved" to rope_pairing; posenc::error naming `param` otherwise.
@@ -117,7 +126,8 @@ struct rope_config {
   double beta_fast = 32.0;
   /// YaRN: number of rotations bounding the interpolated (slow) dims.
   double beta_slow = 1.0;
-  /// YaRN/DeepSeek: with mscale_all_dim, attention factor = mscale(s, mscale) / mscale(s, mscale_all_dim).
+  /// YaRN/DeepSeek: with mscale_all_dim, attention factor = mscale(s, mscale) / mscale(s,
+  /// mscale_all_dim).
   std::optional<double> mscale;
   /// YaRN/DeepSeek: see mscale.
   std::optional<double> mscale_all_dim;
@@ -174,9 +184,9 @@ inline void rope_config::validate() const {
   detail::require(r <= head_dim, where, "rotary_dim", r, "must be <= head_dim");
   detail::require(std::isfinite(base) && base > 1.0, where, "base", base, "must be finite and > 1");
   const int p = static_cast<int>(pairing);
-  detail::require(p == static_cast<int>(rope_pairing::half) ||
-                      p == static_cast<int>(rope_pairing::interleaved),
-                  where, "pairing", p, "unknown pairing");
+  detail::require(
+      p == static_cast<int>(rope_pairing::half) || p == static_cast<int>(rope_pairing::interleaved),
+      where, "pairing", p, "unknown pairing");
   detail::require(std::isfinite(factor) && factor > 0.0, where, "factor", factor,
                   "must be finite and > 0");
   if (attention_factor)
@@ -197,10 +207,9 @@ inline void rope_config::validate() const {
                     freq_factors.size(), "must be empty with longrope (use short/long_factor)");
     check_list(freq_factors, "freq_factors");
   }
-  const bool needs_original = scaling == rope_scaling_type::dynamic ||
-                              scaling == rope_scaling_type::yarn ||
-                              scaling == rope_scaling_type::llama3 ||
-                              scaling == rope_scaling_type::longrope;
+  const bool needs_original =
+      scaling == rope_scaling_type::dynamic || scaling == rope_scaling_type::yarn ||
+      scaling == rope_scaling_type::llama3 || scaling == rope_scaling_type::longrope;
   if (needs_original)
     detail::require(original_max_positions > 0, where, "original_max_positions",
                     original_max_positions, std::string("must be > 0 for ") + to_string(scaling));
@@ -220,16 +229,15 @@ inline void rope_config::validate() const {
       if (mscale_all_dim)
         detail::require(std::isfinite(*mscale_all_dim), where, "mscale_all_dim", *mscale_all_dim,
                         "must be finite");
-      detail::require(std::isfinite(yarn_ext_factor) && yarn_ext_factor >= 0.0 &&
-                          yarn_ext_factor <= 1.0,
-                      where, "yarn_ext_factor", yarn_ext_factor, "must be in [0, 1]");
+      detail::require(
+          std::isfinite(yarn_ext_factor) && yarn_ext_factor >= 0.0 && yarn_ext_factor <= 1.0, where,
+          "yarn_ext_factor", yarn_ext_factor, "must be in [0, 1]");
       break;
     case rope_scaling_type::llama3:
       detail::require(std::isfinite(low_freq_factor) && low_freq_factor > 0.0, where,
                       "low_freq_factor", low_freq_factor, "must be finite and > 0");
-      detail::require(std::isfinite(high_freq_factor) && high_freq_factor > low_freq_factor,
-                      where, "high_freq_factor", high_freq_factor,
-                      "must be finite and > low_freq_factor");
+      detail::require(std::isfinite(high_freq_factor) && high_freq_factor > low_freq_factor, where,
+                      "high_freq_factor", high_freq_factor, "must be finite and > low_freq_factor");
       break;
     case rope_scaling_type::longrope:
       check_list(short_factor, "short_factor");
@@ -322,7 +330,8 @@ inline rope_frequencies rope_config::frequencies(Index seq_len) const {
         const double p = base_power(i);
         const double extrapolation = 1.0 / p;
         const double interpolation = 1.0 / (factor * p);
-        const double ramp = std::min(std::max((static_cast<double>(i) - low) / (high - low), 0.0), 1.0);
+        const double ramp =
+            std::min(std::max((static_cast<double>(i) - low) / (high - low), 0.0), 1.0);
         const double extrapolation_weight = (1.0 - ramp) * yarn_ext_factor;
         at(i) = interpolation * (1.0 - extrapolation_weight) + extrapolation * extrapolation_weight;
       }
@@ -341,7 +350,8 @@ inline rope_frequencies rope_config::frequencies(Index seq_len) const {
           at(i) = w / factor;
           continue;
         }
-        const double smooth = (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+        const double smooth =
+            (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
         at(i) = (1.0 - smooth) * w / factor + smooth * w;
       }
       break;
@@ -349,7 +359,8 @@ inline rope_frequencies rope_config::frequencies(Index seq_len) const {
     case rope_scaling_type::longrope: {
       const bool use_long = static_cast<double>(seq_len) > L;
       const std::vector<double>& ext = use_long ? long_factor : short_factor;
-      for (Index i = 0; i < half; ++i) at(i) = 1.0 / (ext[static_cast<std::size_t>(i)] * base_power(i));
+      for (Index i = 0; i < half; ++i)
+        at(i) = 1.0 / (ext[static_cast<std::size_t>(i)] * base_power(i));
       if (!attention_factor)
         attn = factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(L));
       break;
