@@ -113,7 +113,7 @@ void bm_learned_lookup(benchmark::State& state) {
   std::vector<posenc::Index> pos(static_cast<std::size_t>(len));
   for (long i = 0; i < len; ++i) pos[static_cast<std::size_t>(i)] = (i * 7919) % len;  // scattered
   for (auto _ : state) {
-    const matrix<T> rows = wpe.lookup(pos);
+    const matrix<T> rows = wpe.at(pos);
     benchmark::DoNotOptimize(rows.data());
   }
   set_counters<T>(state, len, d);

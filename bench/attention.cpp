@@ -39,7 +39,7 @@ template <scheme S>
 void BM_attention(benchmark::State& state) {
   const Index L = state.range(0), d = state.range(1);
   const fmat q = random_input(L, d, 1), k = random_input(L, d, 2), v = random_input(L, d, 3);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = state.range(2) != 0;
   auto run = [&](const auto& policy) {
     for (auto _ : state) {
@@ -48,7 +48,7 @@ void BM_attention(benchmark::State& state) {
       benchmark::ClobberMemory();
     }
   };
-  if constexpr (S == scheme::none) run(posenc::no_position{});
+  if constexpr (S == scheme::none) run(posenc::no_position_policy{});
   if constexpr (S == scheme::alibi) run(posenc::alibi_policy(8).only_head(3));
   if constexpr (S == scheme::t5) {
     opt.scale = 1.0;

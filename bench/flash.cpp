@@ -64,15 +64,15 @@ void flash_storage(benchmark::State& state) {
              k = random_input(n, kHeads * d, 2).cast<S>(),
              v = random_input(n, kHeads * d, 3).cast<S>();
   smat out(n, kHeads * d);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = causal;
   const auto qv = posenc::view_shd(q.data(), n, kHeads, d),
              kv = posenc::view_shd(k.data(), n, kHeads, d),
              vv = posenc::view_shd(v.data(), n, kHeads, d);
   const auto ov = posenc::view_shd(out.data(), n, kHeads, d);
   for (auto _ : state) {
-    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position{},
-                                       posenc::flash_config{threads});
+    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position_policy{},
+                                       posenc::flash_options{threads});
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -87,7 +87,7 @@ void flash_alibi(benchmark::State& state) {
   const fmat q = random_input(n, kHeads * d, 1), k = random_input(n, kHeads * d, 2),
              v = random_input(n, kHeads * d, 3);
   fmat out(n, kHeads * d);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   const posenc::alibi_policy alibi(kHeads);
   const auto qv = posenc::view_shd(q.data(), n, kHeads, d),
@@ -108,7 +108,7 @@ void flash_t5(benchmark::State& state) {
   const fmat q = random_input(n, kHeads * d, 1), k = random_input(n, kHeads * d, 2),
              v = random_input(n, kHeads * d, 3);
   fmat out(n, kHeads * d);
-  posenc::attention_options opt;  // bidirectional, as in a T5 encoder
+  posenc::attention_config opt;  // bidirectional, as in a T5 encoder
   const posenc::t5_bias_policy t5(random_input(32, kHeads, 4).cast<double>(), {32, 128, true});
   const auto qv = posenc::view_shd(q.data(), n, kHeads, d),
              kv = posenc::view_shd(k.data(), n, kHeads, d),
@@ -167,7 +167,7 @@ void decode(benchmark::State& state) {
   const kv_cache<S> c(keys, d);
   const typename kv_cache<S>::smat q = random_input(1, kHeads * d, 1).cast<S>();
   typename kv_cache<S>::smat out(1, kHeads * d);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   opt.q_offset = keys - 1;
   const auto qv = posenc::view_shd(q.data(), 1, kHeads, d),
@@ -175,8 +175,8 @@ void decode(benchmark::State& state) {
              vv = posenc::view_shd(c.v.data(), keys, kHeads, d);
   const auto ov = posenc::view_shd(out.data(), 1, kHeads, d);
   for (auto _ : state) {
-    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position{},
-                                       posenc::flash_config{threads});
+    posenc::flash_multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position_policy{},
+                                       posenc::flash_options{threads});
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

@@ -1,7 +1,7 @@
 // Relative position schemes inside the reference attention kernel, each next to the
 // no-position reference attention of the same shape in the same run:
 //
-//   none     posenc::attention with no_position (the baseline)
+//   none     posenc::attention with no_position_policy (the baseline)
 //   shaw     Shaw et al. (2018) tables, symmetric clip k = 16, keys and values
 //   txl      Transformer-XL, P = R (no W_R), u and v
 //   txl_wr   Transformer-XL with a W_R projection (d_R = d), u and v
@@ -43,7 +43,7 @@ void run(benchmark::State& state, const Policy& policy, const char* name) {
   const bool causal = state.range(1) != 0;
   const fmat q = random_matrix(len, dim, 1), k = random_matrix(len, dim, 2),
              v = random_matrix(len, dim, 3);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = causal;
   for (auto _ : state) {
     fmat out = posenc::attention(q, k, v, opt, policy);
@@ -54,24 +54,24 @@ void run(benchmark::State& state, const Policy& policy, const char* name) {
                  (causal ? " causal" : ""));
 }
 
-void bm_none(benchmark::State& state) { run(state, posenc::no_position{}, "none"); }
+void bm_none(benchmark::State& state) { run(state, posenc::no_position_policy{}, "none"); }
 
 void bm_shaw(benchmark::State& state) {
-  posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(16), dim, dim);
+  posenc::shaw_policy<float> shaw(posenc::shaw_clip::symmetric(16), dim, dim);
   shaw.key_tables() = 0.1f * random_matrix(shaw.rows(), dim, 4);
   shaw.value_tables() = 0.1f * random_matrix(shaw.rows(), dim, 5);
   run(state, shaw, "shaw k=16");
 }
 
 void bm_txl(benchmark::State& state) {
-  posenc::transformer_xl_relative<float> xl(1, dim);
+  posenc::transformer_xl_policy<float> xl(1, dim);
   xl.u() = 0.1f * random_matrix(1, dim, 6);
   xl.v() = 0.1f * random_matrix(1, dim, 7);
   run(state, xl, "txl");
 }
 
 void bm_txl_wr(benchmark::State& state) {
-  posenc::transformer_xl_relative<float> xl(1, dim, dim);
+  posenc::transformer_xl_policy<float> xl(1, dim, dim);
   xl.u() = 0.1f * random_matrix(1, dim, 6);
   xl.v() = 0.1f * random_matrix(1, dim, 7);
   xl.w_r() = 0.1f * random_matrix(dim, dim, 8);

@@ -20,9 +20,9 @@ int main() {
   rope.apply(k, 0, posenc::rope_role::key);
 
   // Attention with a causal mask and ALiBi biases (one head).
-  posenc::attention_options opt;
-  opt.mask.causal = true;
-  const matrix out = posenc::attention(q, k, h, opt, posenc::alibi_policy(1));
+  posenc::attention_config config;
+  config.mask.causal = true;
+  const matrix out = posenc::attention(q, k, h, config, posenc::alibi_policy(1));
   std::printf("out[%ld x %ld], out(L-1, 0..3) = %.4f %.4f %.4f %.4f\n",
               static_cast<long>(out.rows()), static_cast<long>(out.cols()),
               static_cast<double>(out(L - 1, 0)), static_cast<double>(out(L - 1, 1)),
@@ -36,7 +36,7 @@ int main() {
   matrix qs = hs, ks = hs;
   rope.apply(qs, 0);
   rope.apply(ks, 0, posenc::rope_role::key);
-  matrix outs = posenc::attention(qs, ks, hs, opt, posenc::alibi_policy(1));
+  matrix outs = posenc::attention(qs, ks, hs, config, posenc::alibi_policy(1));
   outs.row(1).swap(outs.row(2));
   const double moved = (outs - out).cwiseAbs().maxCoeff();
   std::printf("swap tokens 1 and 2: max |f(Px) - P f(x)| = %.3g (0 would mean no order)\n", moved);

@@ -52,7 +52,7 @@ mat naive(const mat& q, const mat& k, const mat& v, Index H, Index Hkv, double s
 int main() {
   const Index L = 20, H = 8, Hkv = 2, d = 16;
   const mat q = inputs(L, H * d, 0.37), k = inputs(L, Hkv * d, 0.11), v = inputs(L, Hkv * d, 0.23);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   int bad = 0;
 
@@ -73,7 +73,7 @@ int main() {
       table(b, h) = std::cos(0.3 * static_cast<double>(b) + static_cast<double>(h));
   const posenc::t5_bucket_config cfg{32, 128, false};
   posenc::t5_bias_policy t5(table, cfg);
-  posenc::attention_options t5opt = opt;
+  posenc::attention_config t5opt = opt;
   t5opt.scale = 1.0;
   const mat t = posenc::multi_head_attention(q, k, v, H, Hkv, t5opt, t5);
   const mat t_ref = naive(q, k, v, H, Hkv, 1.0, [&](Index h, Index i, Index j) {

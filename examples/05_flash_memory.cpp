@@ -88,7 +88,7 @@ std::pair<double, double> run_case(Index n, Index d, const char* type) {
   Matrix out = Matrix::Zero(n, d);  // touched: counted in the baseline
   const double before = peak_rss_bytes();
 
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   posenc::flash_multi_head_attention(
       posenc::view_shd(q.data(), n, 1, d), posenc::view_shd(k.data(), n, 1, d),

@@ -49,7 +49,7 @@ dmat read_matrix(const args& a, const std::string& flag) {
 }
 
 template <class Scalar, class Policy>
-int run_attention(const dmat& q, const dmat& k, const dmat& v, const posenc::attention_options& opt,
+int run_attention(const dmat& q, const dmat& k, const dmat& v, const posenc::attention_config& opt,
                   const Policy& policy, const args& a) {
   using M = posenc::attention_matrix<Scalar>;
   const M qs = q.cast<Scalar>(), ks = k.cast<Scalar>(), vs = v.cast<Scalar>();
@@ -67,7 +67,7 @@ int run_attention(const dmat& q, const dmat& k, const dmat& v, const posenc::att
 }
 
 template <class Policy>
-int dispatch(const dmat& q, const dmat& k, const dmat& v, const posenc::attention_options& opt,
+int dispatch(const dmat& q, const dmat& k, const dmat& v, const posenc::attention_config& opt,
              const Policy& policy, const args& a) {
   return a.choice("--dtype", {"f32", "f64"}, "f64") == "f32"
              ? run_attention<float>(q, k, v, opt, policy, a)
@@ -199,7 +199,7 @@ command attention_command() {
     if (a.has("--rotary-dim") && !a.has("--rope-base"))
       throw usage_error("--rotary-dim needs --rope-base");
     const dmat q = read_matrix(a, "--q"), k = read_matrix(a, "--k"), v = read_matrix(a, "--v");
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = a.has("--causal");
     opt.q_offset = at_least(a, "--q-offset", 0, 0);
     if (a.has("--scale")) {
@@ -222,7 +222,7 @@ command attention_command() {
       const long long r = a.has("--rotary-dim") ? at_least(a, "--rotary-dim", 2, 2) : -1;
       return dispatch(q, k, v, opt, posenc::rotary_policy(q.cols(), base, r), a);
     }
-    return dispatch(q, k, v, opt, posenc::no_position{}, a);
+    return dispatch(q, k, v, opt, posenc::no_position_policy{}, a);
   };
   return c;
 }

@@ -354,7 +354,7 @@ void learned_vs_sinusoidal(tour_context& ctx) {
 
   std::string message;
   try {
-    (void)learned.lookup(std::vector<Index>{len});
+    (void)learned.at(std::vector<Index>{len});
   } catch (const posenc::error& e) {
     message = e.what();
   }

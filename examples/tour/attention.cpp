@@ -57,27 +57,27 @@ double row_diff(const dmatrix& w, Index a, Index b) {
 void section_attention(tour_context& ctx) {
   const Index L = static_cast<Index>(sentence.size()), d = 16;
   const dmatrix x = embed(d);
-  posenc::attention_options opt;  // bidirectional, scale 1/sqrt(d)
+  posenc::attention_config opt;  // bidirectional, scale 1/sqrt(d)
   struct result {
     std::string name;
     dmatrix w;
   };
   std::vector<result> results;
   auto run = [&](const std::string& name, const dmatrix& q, const auto& policy,
-                 const posenc::attention_options& o) {
+                 const posenc::attention_config& o) {
     dmatrix w;
     posenc::attention_with_weights(q, q, q, w, o, policy);
     results.push_back({name, w});
   };
-  run("no positions", x, posenc::no_position{}, opt);
+  run("no positions", x, posenc::no_position_policy{}, opt);
   const posenc::sinusoidal<double> pe(posenc::sinusoidal_config::vaswani(d, 10000.0));
   const dmatrix xs = x + pe.table(L);
-  run("sinusoidal (x + PE)", xs, posenc::no_position{}, opt);
+  run("sinusoidal (x + PE)", xs, posenc::no_position_policy{}, opt);
   run("RoPE (base 1e4)", x, posenc::rotary_policy(d), opt);
   run("ALiBi (m = 1/2, symmetric)", x,
       posenc::alibi_policy(8, posenc::alibi_form::symmetric).only_head(0), opt);
   const posenc::t5_bucket_config cfg{32, 128, true};
-  posenc::attention_options t5opt = opt;
+  posenc::attention_config t5opt = opt;
   t5opt.scale =
       1.0 / std::sqrt(static_cast<double>(d));  // our embeddings are unscaled: keep 1/sqrt(d)
   run("T5 (illustrative table)", x, posenc::t5_bias_policy(t5_table(cfg), cfg), t5opt);

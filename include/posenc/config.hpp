@@ -72,3 +72,12 @@
 #define POSENC_PREFETCH_WRITE(p) ((void)(p))
 #define POSENC_PREFETCH_L2(p) ((void)(p))
 #endif
+
+/// A hook called at each kernel entry with the operation and the name of the tag whose
+/// code runs: ("rope_rotate", "avx512") per token, ("sinusoidal_rows", ...) per call,
+/// ("flash_tiles", ...) per block of query rows ("scalar" where the portable kernel takes
+/// the call). Nothing by default. Tests define it (identically in every translation unit
+/// of a program, before any posenc include) to see which kernel a call ran.
+#ifndef POSENC_KERNEL_TRACE
+#define POSENC_KERNEL_TRACE(op, arch) ((void)0)
+#endif

@@ -3,10 +3,15 @@
 /// posenc: transformer positional encodings and self-attention on Eigen.
 /// The umbrella header: includes every public module.
 
+// The shared vocabulary: configuration, types, views, errors, backend tags, the policy
+// interface (docs/architecture.md).
 #include "config.hpp"
+#include "core/attention_config.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/policy.hpp"
 #include "core/random.hpp"
+#include "core/types.hpp"
 #include "core/view.hpp"
 #include "version.hpp"
 
@@ -23,6 +28,7 @@
 #include "encoding/sinusoidal.hpp"
 #include "encoding/transformer_xl.hpp"
 
-// Attention (the kernel, masks, KV cache, backward, and the ALiBi/T5/rotary/absolute policies).
+// Attention (the reference and tiled kernels' entry points, KV cache, backward, and the
+// ALiBi/T5/rotary/absolute policies).
 #include "attention.hpp"
 #include "attention/flash.hpp"

@@ -3,9 +3,9 @@
 /// The library version, written once; CMake reads it from here.
 
 #define POSENC_VERSION_MAJOR 0
-#define POSENC_VERSION_MINOR 1
+#define POSENC_VERSION_MINOR 2
 #define POSENC_VERSION_PATCH 0
-#define POSENC_VERSION_STRING "0.1.0"
+#define POSENC_VERSION_STRING "0.2.0"
 
 namespace posenc {
 /// Version as "major.minor.patch".

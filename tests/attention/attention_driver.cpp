@@ -35,7 +35,7 @@ int run(const std::map<std::string, std::string>& a) {
     throw std::runtime_error("head counts do not divide the last axes");
   const Index B = q.shape[0], Lq = q.shape[1], Lk = k.shape[1], d = q.shape[2] / H,
               dv = v.shape[2] / G;
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = a.count("--causal") != 0;
   if (a.count("--q-offset")) opt.q_offset = std::stoll(a.at("--q-offset"));
   if (a.count("--key-lengths")) {
@@ -52,7 +52,7 @@ int run(const std::map<std::string, std::string>& a) {
   if (a.count("--alibi"))
     posenc::multi_head_attention(qv, kv, vv, ov, opt, posenc::alibi_policy(H), &wv);
   else
-    posenc::multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position{}, &wv);
+    posenc::multi_head_attention(qv, kv, vv, ov, opt, posenc::no_position_policy{}, &wv);
   posenc::io::write_npy(a.at("--out"), out.data(), {B, Lq, H * dv});
   if (a.count("--weights")) posenc::io::write_npy(a.at("--weights"), w.data(), {B, H, Lq, Lk});
   return 0;

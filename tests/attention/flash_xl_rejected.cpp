@@ -6,6 +6,6 @@
 int main() {
   using fmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const fmat q = fmat::Ones(4, 8);
-  const posenc::transformer_xl_relative<float> xl(1, 8);
+  const posenc::transformer_xl_policy<float> xl(1, 8);
   return static_cast<int>(posenc::flash_attention(q, q, q, {}, xl).size());
 }

@@ -26,7 +26,7 @@ struct golden_inputs {
 
 template <class Policy>
 void check_case(const golden_inputs& in, const std::string& name,
-                const posenc::attention_options& opt, const Policy& policy) {
+                const posenc::attention_config& opt, const Policy& policy) {
   INFO("case " << name);
   const auto want = golden_matrix<double>("attention_out_" + name + ".npy");
   const auto want_w = golden_matrix<double>("attention_weights_" + name + ".npy");
@@ -48,32 +48,32 @@ void check_case(const golden_inputs& in, const std::string& name,
 TEST_CASE("attention matches the numpy reference for every scheme and mask",
           "[attention][golden]") {
   const golden_inputs in;
-  posenc::attention_options opt;
-  check_case(in, "none", opt, posenc::no_position{});
+  posenc::attention_config opt;
+  check_case(in, "none", opt, posenc::no_position_policy{});
 
   opt.q_offset = 2;
   opt.mask.causal = true;
-  check_case(in, "causal", opt, posenc::no_position{});
+  check_case(in, "causal", opt, posenc::no_position_policy{});
   check_case(in, "alibi_causal", opt, posenc::alibi_policy(4).only_head(1));
 
-  posenc::attention_options sym;
+  posenc::attention_config sym;
   sym.q_offset = 2;
   check_case(in, "alibi_symmetric", sym,
              posenc::alibi_policy(6, posenc::alibi_form::symmetric).only_head(5));
 
   const auto table = golden_matrix<double>("attention_t5_table.npy");
-  posenc::attention_options t5;
+  posenc::attention_config t5;
   t5.scale = 1.0;
   t5.q_offset = 2;
   check_case(in, "t5_bidir", t5, posenc::t5_bias_policy(table, {32, 128, true}));
   t5.mask.causal = true;
   check_case(in, "t5_unidir", t5, posenc::t5_bias_policy(table, {32, 128, false}));
 
-  posenc::attention_options m;
+  posenc::attention_config m;
   m.mask.key_lengths = {6};
   m.mask.allowed = golden_matrix<std::uint8_t>("attention_masked_allowed.npy").cast<bool>();
   m.mask.additive = golden_matrix<double>("attention_masked_additive.npy");
-  check_case(in, "masked", m, posenc::no_position{});
+  check_case(in, "masked", m, posenc::no_position_policy{});
 }
 
 TEST_CASE("attention agrees with a naive loop on random shapes", "[attention]") {
@@ -82,7 +82,7 @@ TEST_CASE("attention agrees with a naive loop on random shapes", "[attention]") 
     const Index off = t % 3 == 0 ? 0 : lk / 2;
     const auto q = random_matrix(lq, d, 100 + t), k = random_matrix(lk, d, 200 + t),
                v = random_matrix(lk, dv, 300 + t);
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.q_offset = off;
     opt.mask.causal = t % 2 == 0;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -96,7 +96,7 @@ TEST_CASE("attention agrees with a naive loop on random shapes", "[attention]") 
 
 TEST_CASE("the scale is settable and defaults to 1/sqrt(d)", "[attention]") {
   const auto q = random_matrix(5, 16, 1), k = random_matrix(8, 16, 2), v = random_matrix(8, 3, 3);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.scale = 0.25;  // = 1/sqrt(16)
   CHECK(max_abs_diff(posenc::attention(q, k, v, opt), posenc::attention(q, k, v)) == 0.0);
   opt.scale = 1.0;
@@ -123,14 +123,14 @@ TEST_CASE("softmax is stable for huge logits", "[attention]") {
 
 TEST_CASE("fully masked rows give zeros, never NaN", "[attention][mask]") {
   const auto q = random_matrix(3, 4, 8), k = random_matrix(5, 4, 9), v = random_matrix(5, 2, 10);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.key_lengths = {0};
   rmat<double> w;
   auto out = posenc::attention_with_weights(q, k, v, w, opt);
   CHECK(out.allFinite());
   CHECK(out.isZero(0));
   CHECK(w.isZero(0));
-  posenc::attention_options add;
+  posenc::attention_config add;
   add.mask.additive = rmat<double>::Constant(3, 5, -std::numeric_limits<double>::infinity());
   out = posenc::attention_with_weights(q, k, v, w, add, posenc::alibi_policy(1));
   CHECK(out.isZero(0));
@@ -166,7 +166,7 @@ TEST_CASE("NaN and infinite inputs propagate; they are never silently zeroed",
   // One NaN key component poisons only the rows that can see that key.
   rmat<double> k2 = k;
   k2(3, 2) = nan;
-  posenc::attention_options causal;
+  posenc::attention_config causal;
   causal.mask.causal = true;
   const auto outc = posenc::attention(random_matrix(5, 3, 24), k2, v, causal);
   CHECK(outc.topRows(3).allFinite());
@@ -187,7 +187,7 @@ TEST_CASE("NaN and infinite inputs propagate; they are never silently zeroed",
 TEST_CASE("weights rows sum to one and respect the causal offset", "[attention][mask]") {
   const auto q = random_matrix(6, 4, 11), k = random_matrix(10, 4, 12),
              v = random_matrix(10, 3, 13);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   opt.q_offset = 3;
   rmat<double> w;
@@ -204,7 +204,7 @@ TEST_CASE("float32 attention stays within 1e-5 of float64 at L = 4096", "[attent
   const Index L = 4096, d = 32;
   const rmat<float> q = random_matrix<float>(L, d, 21) * 2.0f,
                     k = random_matrix<float>(L, d, 22) * 2.0f, v = random_matrix<float>(L, d, 23);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   const rmat<float> outf = posenc::attention(q, k, v, opt);
   const rmat<double> outd = posenc::attention(q.cast<double>().eval(), k.cast<double>().eval(),
@@ -227,16 +227,16 @@ TEST_CASE("without positions attention is permutation-equivariant; with a scheme
   const Eigen::PermutationMatrix<Eigen::Dynamic> P(perm);
   const rmat<double> px = P * x;
   const auto f = [&](const rmat<double>& in, const auto& policy,
-                     const posenc::attention_options& o) {
+                     const posenc::attention_config& o) {
     return posenc::attention(in, in, in, o, policy);
   };
-  posenc::attention_options none;
-  const rmat<double> fpx = f(px, posenc::no_position{}, none);
-  const rmat<double> pfx = P * f(x, posenc::no_position{}, none);
+  posenc::attention_config none;
+  const rmat<double> fpx = f(px, posenc::no_position_policy{}, none);
+  const rmat<double> pfx = P * f(x, posenc::no_position_policy{}, none);
   CHECK(max_abs_diff(fpx, pfx) < 1e-12);
 
   const rmat<double> table = random_matrix(32, 1, 32) * 3.0;
-  posenc::attention_options t5;
+  posenc::attention_config t5;
   t5.scale = 1.0;
   CHECK(max_abs_diff(f(px, posenc::alibi_policy(1), none),
                      P * f(x, posenc::alibi_policy(1), none)) > 1e-3);
@@ -252,14 +252,14 @@ TEST_CASE("chunked prefill with a query offset equals one causal pass", "[attent
   const auto q = random_matrix(L, d, 41), k = random_matrix(L, d, 42), v = random_matrix(L, 4, 43);
   const auto table = random_matrix(32, 1, 44);
   auto run = [&](const auto& policy, double scale) {
-    posenc::attention_options full;
+    posenc::attention_config full;
     full.mask.causal = true;
     full.scale = scale;
     const rmat<double> want = posenc::attention(q, k, v, full, policy);
     for (Index chunk : {1, 5, 16}) {
       for (Index r0 = 0; r0 < L; r0 += chunk) {
         const Index n = std::min(chunk, L - r0);
-        posenc::attention_options o = full;
+        posenc::attention_config o = full;
         o.q_offset = r0;
         // Only the keys seen so far are passed, as a KV cache would hold them.
         const rmat<double> got =
@@ -269,7 +269,7 @@ TEST_CASE("chunked prefill with a query offset equals one causal pass", "[attent
       }
     }
   };
-  run(posenc::no_position{}, 0.0);
+  run(posenc::no_position_policy{}, 0.0);
   run(posenc::alibi_policy(3).only_head(2), 0.0);
   run(posenc::t5_bias_policy(table, {32, 128, false}), 1.0);
 }
@@ -281,7 +281,7 @@ TEST_CASE("attention validates its arguments", "[attention][errors]") {
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, v4), "v.rows() = 4");
   const rmat<double> q0(3, 0), k0(5, 0);
   POSENC_REQUIRE_ERROR(posenc::attention(q0, k0, v), "dim = 0");
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.scale = -1.0;
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, opt), "scale = -1");
   opt.scale = std::numeric_limits<double>::quiet_NaN();
@@ -330,7 +330,7 @@ TEST_CASE("attention validates its arguments", "[attention][errors]") {
   big.len_q = 2;
   big.len_k = -4;
   POSENC_REQUIRE_ERROR(
-      posenc::materialize_score(posenc::no_position{}, 0, 0, big, rmat<double>(2, 1)),
+      posenc::materialize_score(posenc::no_position_policy{}, 0, 0, big, rmat<double>(2, 1)),
       "len_k = -4");
   // Per-head policies must be narrowed for a single-head call.
   POSENC_REQUIRE_ERROR(posenc::attention(q, k, v, {}, posenc::alibi_policy(4)), "heads = 1");

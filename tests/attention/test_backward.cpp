@@ -29,7 +29,7 @@ posenc::no_gradient make_grad(const Policy&) {
 posenc::t5_bias_gradient make_grad(const posenc::t5_bias_policy& p) { return p.zero_gradient(); }
 
 template <class Policy>
-void check_single(const Policy& policy, const posenc::attention_options& opt, Index lq, Index lk,
+void check_single(const Policy& policy, const posenc::attention_config& opt, Index lq, Index lk,
                   Index d, Index dv) {
   rmat<double> q = random_matrix(lq, d, 1) * 1.5, k = random_matrix(lk, d, 2) * 1.5,
                v = random_matrix(lk, dv, 3);
@@ -48,12 +48,12 @@ void check_single(const Policy& policy, const posenc::attention_options& opt, In
 }  // namespace
 
 TEST_CASE("attention backward matches finite differences", "[backward]") {
-  posenc::attention_options opt;
-  SECTION("no positions, no mask") { check_single(posenc::no_position{}, opt, 5, 7, 4, 3); }
+  posenc::attention_config opt;
+  SECTION("no positions, no mask") { check_single(posenc::no_position_policy{}, opt, 5, 7, 4, 3); }
   SECTION("causal with an offset") {
     opt.mask.causal = true;
     opt.q_offset = 2;
-    check_single(posenc::no_position{}, opt, 5, 7, 4, 3);
+    check_single(posenc::no_position_policy{}, opt, 5, 7, 4, 3);
   }
   SECTION("padding, boolean and additive masks with a fully masked row") {
     opt.mask.key_lengths = {6};
@@ -62,7 +62,7 @@ TEST_CASE("attention backward matches finite differences", "[backward]") {
     opt.mask.allowed(0, 1) = false;
     opt.mask.additive = random_matrix(5, 7, 9);
     opt.mask.additive(3, 0) = -std::numeric_limits<double>::infinity();
-    check_single(posenc::no_position{}, opt, 5, 7, 4, 3);
+    check_single(posenc::no_position_policy{}, opt, 5, 7, 4, 3);
   }
   SECTION("ALiBi causal and symmetric") {
     opt.mask.causal = true;
@@ -84,7 +84,7 @@ TEST_CASE("T5 table gradient matches finite differences, multi-head with GQA", "
   const rmat<double> w = random_matrix(lq, H * dv, 15);
   for (bool causal : {false, true}) {
     INFO("causal " << causal);
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.scale = 1.0;
     opt.mask.causal = causal;
     opt.q_offset = 3;
@@ -117,7 +117,7 @@ TEST_CASE("a T5 table learns a relative pattern", "[backward][t5]") {
   const rmat<double> v = rmat<double>::Identity(L, L);
   rmat<double> target = rmat<double>::Zero(L, L);
   for (Index i = 0; i < L; ++i) target(i, i > 0 ? i - 1 : 0) = 1.0;
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.scale = 1.0;
   opt.mask.causal = true;
   posenc::t5_bias_policy policy(rmat<double>::Zero(8, 1), {8, 16, false});
@@ -159,28 +159,33 @@ TEST_CASE("backward validates its arguments", "[backward][errors]") {
       posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 2, {}, t5, g),
       "heads = 2");
   posenc::no_gradient ng;
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2,
-                                                             3, {}, posenc::no_position{}, ng),
-                       "k.cols() = 8");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 5, 4), 2,
-                                                             2, {}, posenc::no_position{}, ng),
-                       "dout.cols() = 5");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 0,
-                                                             2, {}, posenc::no_position{}, ng),
-                       "heads = 0");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 3, {},
+                                            posenc::no_position_policy{}, ng),
+      "k.cols() = 8");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 5, 4), 2, 2, {},
+                                            posenc::no_position_policy{}, ng),
+      "dout.cols() = 5");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 0, 2, {},
+                                            posenc::no_position_policy{}, ng),
+      "heads = 0");
   // The packed-head checks shared with multi_head_attention (detail::check_packed_heads).
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2,
-                                                             0, {}, posenc::no_position{}, ng),
-                       "kv_heads = 0");
-  POSENC_REQUIRE_ERROR(posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 3,
-                                                             2, {}, posenc::no_position{}, ng),
-                       "q.cols() = 8");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 2, 0, {},
+                                            posenc::no_position_policy{}, ng),
+      "kv_heads = 0");
+  POSENC_REQUIRE_ERROR(
+      posenc::multi_head_attention_backward(qm, km, vm, random_matrix(3, 4, 4), 3, 2, {},
+                                            posenc::no_position_policy{}, ng),
+      "q.cols() = 8");
   POSENC_REQUIRE_ERROR(
       posenc::multi_head_attention_backward(qm, km, random_matrix(5, 5, 3), random_matrix(3, 4, 4),
-                                            2, 2, {}, posenc::no_position{}, ng),
+                                            2, 2, {}, posenc::no_position_policy{}, ng),
       "v.cols() = 5");
   POSENC_REQUIRE_ERROR(
       posenc::multi_head_attention_backward(qm, km, random_matrix(6, 4, 3), random_matrix(3, 4, 4),
-                                            2, 2, {}, posenc::no_position{}, ng),
+                                            2, 2, {}, posenc::no_position_policy{}, ng),
       "v.rows() = 6");
 }

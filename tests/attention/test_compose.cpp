@@ -20,7 +20,7 @@ TEST_CASE("rotary inside the kernel equals rotating Q and K first", "[compose][r
   posenc::rotary_embedding<double> rope(d, -1, 500.0);
   const rmat<double> qr = rope.rotated(q, off, posenc::rope_role::query);
   const rmat<double> kr = rope.rotated(k, Index(0), posenc::rope_role::key);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   opt.q_offset = off;
   const posenc::rotary_policy policy(posenc::rotary_embedding<double>(d, -1, 500.0));
@@ -45,7 +45,7 @@ TEST_CASE("rotary inside the kernel at a far query offset allocates no table up 
   posenc::rotary_embedding<double> rope(d);
   const rmat<double> qr = rope.rotated(q, off, posenc::rope_role::query);
   const rmat<double> kr = rope.rotated(k, Index(0), posenc::rope_role::key);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.q_offset = off;
   const posenc::rotary_policy policy(d);
   CHECK(max_abs_diff(posenc::attention(q, k, v, opt, policy), posenc::attention(qr, kr, v, opt)) <
@@ -63,7 +63,7 @@ TEST_CASE("RoPE attention logits depend only on j - i", "[compose][rotary][prope
     rmat<double> k = rmat<double>::Zero(shift + n, d), vv = rmat<double>::Zero(shift + n, 2);
     k.bottomRows(n) = kv;
     vv.bottomRows(n) = v;
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.q_offset = shift + n - 1;
     opt.mask.additive = rmat<double>::Zero(1, shift + n);
     for (Index j = 0; j < shift; ++j)
@@ -99,7 +99,7 @@ TEST_CASE("absolute policy equals adding the table rows first", "[compose][absol
   const auto q = random_matrix(lq, d, 9), k = random_matrix(lk, d, 10),
              v = random_matrix(lk, 2, 11);
   const auto table = random_matrix(12, d, 12);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.q_offset = off;
   const rmat<double> qa = q + table.middleRows(off, lq), ka = k + table.topRows(lk);
   CHECK(max_abs_diff(posenc::attention(q, k, v, opt, posenc::absolute_policy(table)),
@@ -126,7 +126,7 @@ TEST_CASE("rotary and absolute backward match finite differences", "[compose][ba
   rmat<double> q = random_matrix(lq, d, 21), k = random_matrix(lk, d, 22),
                v = random_matrix(lk, dv, 23);
   const rmat<double> w = random_matrix(lq, dv, 24);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   opt.q_offset = 3;
   {

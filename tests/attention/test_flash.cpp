@@ -2,6 +2,19 @@
 // the numpy goldens) on every scheme and mask, odd sizes, GQA, decode, threads,
 // storage types, every compiled backend, and its error paths.
 
+// Which tile kernel a call ran (POSENC_KERNEL_TRACE, config.hpp): defined before every
+// posenc include of this program (its only translation unit).
+#include <atomic>
+
+namespace posenc_test {
+inline std::atomic<const char*> tile_kernel{""};
+inline void trace_tiles(const char* op, const char* arch) noexcept {
+  if (op[0] == 'f') tile_kernel = arch;  // "flash_tiles"
+}
+}  // namespace posenc_test
+#define POSENC_KERNEL_TRACE(op, arch) ::posenc_test::trace_tiles(op, arch)
+
+// clang-format off: the hook above comes first
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -13,6 +26,8 @@
 #include <posenc/encoding/t5_bias.hpp>
 #include <string>
 #include <vector>
+
+// clang-format on
 
 #include "attention_support.hpp"
 #include "backend/backends.hpp"
@@ -61,17 +76,16 @@ struct problem {
 };
 
 template <class Backend = posenc::default_backend, class T, class Policy>
-rmat<T> run_flash(const problem<T>& p, const posenc::attention_options& opt, const Policy& pol,
+rmat<T> run_flash(const problem<T>& p, const posenc::attention_config& opt, const Policy& pol,
                   Index threads = 1) {
   rmat<T> out = p.empty_out();
   posenc::flash_multi_head_attention<Backend>(p.qv(), p.kv(), p.vv(), p.ov(out), opt, pol,
-                                              posenc::flash_config{threads});
+                                              posenc::flash_options{threads});
   return out;
 }
 
 template <class T, class Policy>
-rmat<T> run_reference(const problem<T>& p, const posenc::attention_options& opt,
-                      const Policy& pol) {
+rmat<T> run_reference(const problem<T>& p, const posenc::attention_config& opt, const Policy& pol) {
   rmat<T> out = p.empty_out();
   posenc::multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt, pol);
   return out;
@@ -111,21 +125,21 @@ struct head_scaled_keys : posenc::policy_base {
 };
 
 /// Every mask the kernel knows, on a given shape.
-std::vector<std::pair<std::string, posenc::attention_options>> masks(const sizes& z) {
-  std::vector<std::pair<std::string, posenc::attention_options>> m;
+std::vector<std::pair<std::string, posenc::attention_config>> masks(const sizes& z) {
+  std::vector<std::pair<std::string, posenc::attention_config>> m;
   m.push_back({"none", {}});
-  posenc::attention_options c;
+  posenc::attention_config c;
   c.mask.causal = true;
   m.push_back({"causal", c});
   c.q_offset = z.len_k - z.len_q > 0 ? z.len_k - z.len_q : 3;
   m.push_back({"causal+offset", c});
-  posenc::attention_options pad;
+  posenc::attention_config pad;
   for (Index b = 0; b < z.batch; ++b)
     pad.mask.key_lengths.push_back(b == 0 ? z.len_k : z.len_k / 3 + b);
   pad.mask.causal = true;
   pad.q_offset = 5;
   m.push_back({"padding+causal+offset", pad});
-  posenc::attention_options bm;
+  posenc::attention_config bm;
   bm.mask.allowed = posenc::bool_mask::Constant(z.len_q, z.len_k, true);
   for (Index i = 0; i < z.len_q; ++i)
     for (Index j = 0; j < z.len_k; ++j) bm.mask.allowed(i, j) = (i * 7 + j * 3) % 5 != 0;
@@ -164,37 +178,37 @@ TEST_CASE("flash matches the numpy goldens of the reference attention", "[flash]
   const auto k = golden_matrix<double>("attention_k.npy");
   const auto v = golden_matrix<double>("attention_v.npy");
   const rmat<float> qf = q.cast<float>(), kf = k.cast<float>(), vf = v.cast<float>();
-  auto check = [&](const std::string& name, const posenc::attention_options& opt, const auto& pol) {
+  auto check = [&](const std::string& name, const posenc::attention_config& opt, const auto& pol) {
     INFO("case " << name);
     const auto want = golden_matrix<double>("attention_out_" + name + ".npy");
     CHECK(max_abs_diff(posenc::flash_attention(q, k, v, opt, pol), want) < 1e-13);
     CHECK(rel_err(posenc::flash_attention(qf, kf, vf, opt, pol), want) < 2e-6);
   };
-  posenc::attention_options opt;
-  check("none", opt, posenc::no_position{});
+  posenc::attention_config opt;
+  check("none", opt, posenc::no_position_policy{});
   opt.q_offset = 2;
   opt.mask.causal = true;
-  check("causal", opt, posenc::no_position{});
+  check("causal", opt, posenc::no_position_policy{});
   check("alibi_causal", opt, posenc::alibi_policy(4).only_head(1));
-  posenc::attention_options sym;
+  posenc::attention_config sym;
   sym.q_offset = 2;
   check("alibi_symmetric", sym,
         posenc::alibi_policy(6, posenc::alibi_form::symmetric).only_head(5));
   const auto table = golden_matrix<double>("attention_t5_table.npy");
-  posenc::attention_options t5;
+  posenc::attention_config t5;
   t5.scale = 1.0;
   t5.q_offset = 2;
   check("t5_bidir", t5, posenc::t5_bias_policy(table, {32, 128, true}));
   t5.mask.causal = true;
   check("t5_unidir", t5, posenc::t5_bias_policy(table, {32, 128, false}));
-  posenc::attention_options m;
+  posenc::attention_config m;
   m.mask.key_lengths = {6};
   m.mask.allowed = golden_matrix<std::uint8_t>("attention_masked_allowed.npy").cast<bool>();
   m.mask.additive = golden_matrix<double>("attention_masked_additive.npy");
-  check("masked", m, posenc::no_position{});
+  check("masked", m, posenc::no_position_policy{});
 
   // Grouped-query ALiBi, packed heads.
-  posenc::attention_options mh;
+  posenc::attention_config mh;
   mh.mask.causal = true;
   mh.q_offset = 1;
   const auto mq = golden_matrix<double>("attention_mh_q.npy");
@@ -209,7 +223,7 @@ TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)"
   // Odd sizes: Lq and Lk not multiples of the 64 x 256 tiles, head dims off the vector width.
   for (const sizes& z : {sizes{2, 4, 2, 131, 300, 72, 40}, sizes{1, 2, 1, 70, 70, 80, 80},
                          sizes{1, 3, 3, 65, 257, 96, 96}, sizes{2, 2, 2, 64, 512, 64, 64}}) {
-    check_parity(z, posenc::no_position{}, "none");
+    check_parity(z, posenc::no_position_policy{}, "none");
     check_parity(z, posenc::alibi_policy(z.heads), "alibi causal");
     check_parity(z, posenc::alibi_policy(z.heads, posenc::alibi_form::symmetric),
                  "alibi symmetric");
@@ -221,12 +235,11 @@ TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)"
     check_parity(z, ramp_bias{}, "generic bias");
   }
   for (const sizes& z : {sizes{2, 4, 2, 131, 300, 72, 40}, sizes{1, 2, 1, 70, 290, 80, 80}}) {
-    posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(16), z.dim, z.dim_v);
+    posenc::shaw_policy<float> shaw(posenc::shaw_clip::symmetric(16), z.dim, z.dim_v);
     shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 5).cast<float>();
     shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 6).cast<float>();
     check_parity(z, shaw, "shaw symmetric");
-    posenc::shaw_relative<float> asym(posenc::shaw_clip::asymmetric(3, 40), z.dim, z.dim_v,
-                                      z.heads);
+    posenc::shaw_policy<float> asym(posenc::shaw_clip::asymmetric(3, 40), z.dim, z.dim_v, z.heads);
     asym.key_tables() = random_matrix(asym.rows() * z.heads, z.dim, 7).cast<float>();
     asym.value_tables() = random_matrix(asym.rows() * z.heads, z.dim_v, 8).cast<float>();
     check_parity(z, asym, "shaw asymmetric per head");
@@ -242,7 +255,7 @@ TEST_CASE("key transforms: one copy per key head for RoPE, per query head where 
   // and RoPE, whose transform is the same for the group, shares one copy per key head.
   for (const sizes& z : {sizes{2, 6, 2, 70, 300, 40, 24}, sizes{2, 6, 2, 1, 2000, 40, 24}}) {
     const problem<float> p(z, 71);
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     opt.q_offset = z.len_k - z.len_q;
     INFO("Lq = " << z.len_q);
@@ -258,7 +271,7 @@ TEST_CASE("key transforms: one copy per key head for RoPE, per query head where 
 }
 
 TEST_CASE("flash handles multi-query, single keys and empty calls", "[flash]") {
-  check_parity(sizes{1, 8, 1, 33, 1, 16, 8}, posenc::no_position{}, "one key, MQA");
+  check_parity(sizes{1, 8, 1, 33, 1, 16, 8}, posenc::no_position_policy{}, "one key, MQA");
   check_parity(sizes{3, 2, 1, 1, 5, 8, 8}, posenc::alibi_policy(2), "one query");
   const problem<float> p(sizes{1, 2, 2, 0, 5, 8, 8}, 3);
   rmat<float> out(0, 16);
@@ -266,19 +279,19 @@ TEST_CASE("flash handles multi-query, single keys and empty calls", "[flash]") {
   CHECK(out.size() == 0);
   // No keys at all: every row sees nothing, so zeros.
   const problem<float> nk(sizes{1, 2, 2, 4, 0, 8, 8}, 3);
-  const rmat<float> z = run_flash(nk, {}, posenc::no_position{});
+  const rmat<float> z = run_flash(nk, {}, posenc::no_position_policy{});
   CHECK(z.isZero(0));
 }
 
 TEST_CASE("fully masked rows give zeros, never NaN", "[flash]") {
   const sizes z{2, 2, 2, 70, 300, 32, 32};
   const problem<float> p(z, 4);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.key_lengths = {0, 300};
-  const rmat<float> out = run_flash(p, opt, posenc::no_position{});
+  const rmat<float> out = run_flash(p, opt, posenc::no_position_policy{});
   CHECK(out.topRows(70).isZero(0));
   CHECK(out.bottomRows(70).cwiseAbs().maxCoeff() > 0.0f);
-  CHECK(rel_err(out, run_reference(p, opt, posenc::no_position{})) < 2e-6);
+  CHECK(rel_err(out, run_reference(p, opt, posenc::no_position_policy{})) < 2e-6);
 }
 
 TEST_CASE("a NaN logit gives a NaN row, as in the reference", "[flash]") {
@@ -287,11 +300,11 @@ TEST_CASE("a NaN logit gives a NaN row, as in the reference", "[flash]") {
     problem<float> p(z, 91);
     const Index bad = lq / 2;
     p.q(bad, 3) = std::numeric_limits<float>::quiet_NaN();  // head 0 of query row `bad`
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     opt.q_offset = 3000 - lq;
-    const rmat<float> got = run_flash(p, opt, posenc::no_position{});
-    const rmat<float> want = run_reference(p, opt, posenc::no_position{});
+    const rmat<float> got = run_flash(p, opt, posenc::no_position_policy{});
+    const rmat<float> want = run_reference(p, opt, posenc::no_position_policy{});
     INFO("Lq = " << lq);
     CHECK(got.row(bad).head(8).array().isNaN().all());  // head 0: NaN
     CHECK(got.row(bad).tail(8).allFinite());            // head 1: untouched
@@ -308,16 +321,16 @@ TEST_CASE("decode: one query over a long cache splits the keys and merges exactl
   for (Index lq : {1, 3, 8}) {
     const sizes z{2, 4, 2, lq, 5000, 80, 64};
     const problem<float> p(z, 21);
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     opt.q_offset = 4990 - lq;
     opt.mask.key_lengths = {5000, 2100};
     INFO("Lq = " << lq);
-    CHECK(rel_err(run_flash(p, opt, posenc::no_position{}),
-                  run_reference(p, opt, posenc::no_position{})) < 2e-6);
+    CHECK(rel_err(run_flash(p, opt, posenc::no_position_policy{}),
+                  run_reference(p, opt, posenc::no_position_policy{})) < 2e-6);
     CHECK(rel_err(run_flash(p, opt, posenc::alibi_policy(4)),
                   run_reference(p, opt, posenc::alibi_policy(4))) < 2e-6);
-    posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(8), z.dim, z.dim_v);
+    posenc::shaw_policy<float> shaw(posenc::shaw_clip::symmetric(8), z.dim, z.dim_v);
     shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 5).cast<float>();
     shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 6).cast<float>();
     CHECK(rel_err(run_flash(p, opt, shaw), run_reference(p, opt, shaw)) < 2e-6);
@@ -333,7 +346,7 @@ TEST_CASE("decode: one query over a long cache splits the keys and merges exactl
 TEST_CASE("decoding token by token equals one causal pass", "[flash][decode]") {
   const sizes z{1, 2, 1, 1, 3000, 64, 64};
   const problem<float> full(sizes{1, 2, 1, 6, 3000, 64, 64}, 31);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   opt.q_offset = 3000 - 6;
   const rmat<float> all = run_flash(full, opt, posenc::alibi_policy(2));
@@ -342,7 +355,7 @@ TEST_CASE("decoding token by token equals one causal pass", "[flash][decode]") {
     one.q = full.q.row(t);
     one.k = full.k;
     one.v = full.v;
-    posenc::attention_options o1 = opt;
+    posenc::attention_config o1 = opt;
     o1.q_offset = 3000 - 6 + t;
     const rmat<float> got = run_flash(one, o1, posenc::alibi_policy(2));
     CHECK(rel_err(got, all.row(t)) < 2e-6);
@@ -382,7 +395,7 @@ TEST_CASE("views whose last axis is strided give the contiguous views' result", 
                    {2 * len * heads * dim, 2 * heads * dim, 2 * dim, 2});
     };
     rmat<float> qs = spread(p.q), ks = spread(p.k), vs = spread(p.v);
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     const auto both = [&](const auto& pol) {
       rmat<float> out = rmat<float>::Constant(z.batch * z.len_q, 2 * z.heads * z.dim_v, 9.0f);
@@ -404,7 +417,7 @@ TEST_CASE("views whose last axis is strided give the contiguous views' result", 
 TEST_CASE("every compiled backend gives the scalar backend's result", "[flash][backend]") {
   const sizes z{1, 4, 2, 100, 260, 72, 72};
   const problem<float> p(z, 51);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   // A generic bias policy: every backend runs the portable tile kernel on it (the SIMD
   // lane kernel, which sums in another order, is checked against the reference below).
@@ -435,18 +448,18 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
       for (auto [name, opt] : masks(z)) {
         INFO(B::name() << " / " << name << ": Lq " << z.len_q << " Lk " << z.len_k << " d " << z.dim
                        << " dv " << z.dim_v);
-        const rmat<float> got = run_flash<B>(p, opt, posenc::no_position{});
-        CHECK(rel_err(got, run_reference(p, opt, posenc::no_position{})) < 2e-6);
+        const rmat<float> got = run_flash<B>(p, opt, posenc::no_position_policy{});
+        CHECK(rel_err(got, run_reference(p, opt, posenc::no_position_policy{})) < 2e-6);
         // against the portable kernel: the documented tolerance, not bit identity (the
         // lane kernel sums the products in another order and has its own exp)
         const rmat<float> portable =
-            run_flash<posenc::backend::scalar>(p, opt, posenc::no_position{});
+            run_flash<posenc::backend::scalar>(p, opt, posenc::no_position_policy{});
         CHECK(rel_err(got, portable) < 2e-6);
         // and the lane kernel did run where it should: its rounding differs somewhere (a
         // silent fallback to the portable kernel would be bit-identical)
         if (z.len_q > 8 && z.len_k >= 200 && name != "bool+additive") CHECK_FALSE(got == portable);
-        CHECK(run_flash<B>(p, opt, posenc::no_position{}, 3) ==
-              run_flash<B>(p, opt, posenc::no_position{}, 1));
+        CHECK(run_flash<B>(p, opt, posenc::no_position_policy{}, 3) ==
+              run_flash<B>(p, opt, posenc::no_position_policy{}, 1));
         for (auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric}) {
           const posenc::alibi_policy alibi(z.heads, form);
           CHECK(rel_err(run_flash<B>(p, opt, alibi), run_reference(p, opt, alibi)) < 2e-6);
@@ -463,21 +476,21 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
       const sizes z{1, 1, 1, 9, 32768, 128, 128};
       const problem<float> p(z, 13);
       INFO(B::name() << " over 32768 keys");
-      CHECK(rel_err(run_flash<B>(p, {}, posenc::no_position{}),
-                    run_reference(p, {}, posenc::no_position{})) < 2e-6);
+      CHECK(rel_err(run_flash<B>(p, {}, posenc::no_position_policy{}),
+                    run_reference(p, {}, posenc::no_position_policy{})) < 2e-6);
     }
     // Query positions next to INT64_MAX: the per-lane ALiBi and T5 offsets stay in range.
     {
       const sizes z{1, 2, 1, 20, 40, 8, 8};
       const problem<float> p(z, 17);
-      posenc::attention_options far;
+      posenc::attention_config far;
       far.mask.causal = true;
       far.q_offset = std::numeric_limits<Index>::max() - 20;
       INFO(B::name() << " at q_offset = INT64_MAX - 20");
       const posenc::t5_bias_policy t5(random_matrix(16, 2, 80), {16, 40, true});
       CHECK(rel_err(run_flash<B>(p, far, t5), run_reference(p, far, t5)) < 2e-6);
-      CHECK(rel_err(run_flash<B>(p, far, posenc::no_position{}),
-                    run_reference(p, far, posenc::no_position{})) < 2e-6);
+      CHECK(rel_err(run_flash<B>(p, far, posenc::no_position_policy{}),
+                    run_reference(p, far, posenc::no_position_policy{})) < 2e-6);
       // ALiBi at 2^30: there the reference's double logit q.k - m |pos - j| keeps q.k to 1e-8
       // (near INT64_MAX the bias swamps it, while the kernels shift each row by a constant)
       far.q_offset = Index(1) << 30;
@@ -496,9 +509,9 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
       for (Index j : {1, 6, 203, 258}) p.k.row(j).setConstant(80.0f);
       for (auto [name, opt] : masks(z)) {
         INFO(B::name() << " / " << name << " with logits in the hundreds");
-        const rmat<float> got = run_flash<B>(p, opt, posenc::no_position{});
+        const rmat<float> got = run_flash<B>(p, opt, posenc::no_position_policy{});
         CHECK(got.allFinite());
-        CHECK(rel_err(got, run_reference(p, opt, posenc::no_position{})) < 2e-5);
+        CHECK(rel_err(got, run_reference(p, opt, posenc::no_position_policy{})) < 2e-5);
       }
     }
     // Infinite inputs: the NaN pattern and every finite value as in the reference.
@@ -509,11 +522,11 @@ TEST_CASE("the SIMD tile kernels match the reference on odd blocks and infinitie
     p.k(100, 0) = -inf;             // key 100: infinite logits for every row
     p.q.row(7).setConstant(0.0f);   // row 7: 0 · inf = NaN at key 100 only
     p.k.row(120).setConstant(inf);  // key 120: +inf or -inf logits for rows 30..39
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     opt.q_offset = 90;  // rows 0..9 see keys < 100 only: finite but row 3
-    const rmat<float> got = run_flash<B>(p, opt, posenc::no_position{});
-    const rmat<float> want = run_reference(p, opt, posenc::no_position{});
+    const rmat<float> got = run_flash<B>(p, opt, posenc::no_position_policy{});
+    const rmat<float> want = run_reference(p, opt, posenc::no_position_policy{});
     INFO(B::name() << " with infinite inputs");
     CHECK((got.array().isNaN() == want.array().isNaN()).all());
     const rmat<float> gf = got.array().isNaN().select(0.0f, got),
@@ -541,7 +554,7 @@ TEST_CASE("double storage computes in double", "[flash]") {
 TEST_CASE("half and bfloat16 storage compute in float", "[flash][storage]") {
   const sizes z{1, 2, 1, 70, 300, 64, 64};
   const problem<float> pf(z, 71);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   auto check = [&](auto tag, double tol) {
     using H = decltype(tag);
@@ -579,7 +592,7 @@ TEST_CASE("half and bfloat16 inputs give the float result of the same values",
       pf.q = ph.q.template cast<float>();
       pf.k = ph.k.template cast<float>();
       pf.v = ph.v.template cast<float>();
-      posenc::attention_options opt;
+      posenc::attention_config opt;
       opt.mask.causal = true;
       opt.q_offset = z.len_k - z.len_q - 7;
       opt.mask.key_lengths = {z.len_k, z.len_k / 2 + 1};
@@ -596,11 +609,11 @@ TEST_CASE("half and bfloat16 inputs give the float result of the same values",
           CHECK(run_flash<B>(ph, opt, pol) == run_flash<B>(pf, opt, pol).template cast<H>());
         });
       };
-      same(posenc::no_position{}, "no position");
+      same(posenc::no_position_policy{}, "no position");
       same(posenc::alibi_policy(z.heads), "ALiBi");
       same(posenc::rotary_policy(z.dim), "RoPE (keys transformed, values windowed)");
       same(posenc::t5_bias_policy(random_matrix(32, z.heads, 93), {32, 128, true}), "T5");
-      posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(8), z.dim, z.dim_v);
+      posenc::shaw_policy<float> shaw(posenc::shaw_clip::symmetric(8), z.dim, z.dim_v);
       shaw.key_tables() = random_matrix(shaw.rows(), z.dim, 94).cast<float>();
       shaw.value_tables() = random_matrix(shaw.rows(), z.dim_v, 95).cast<float>();
       same(shaw, "Shaw");
@@ -614,16 +627,16 @@ TEST_CASE("flash rejects bad input with posenc::error", "[flash][errors]") {
   const sizes z{1, 4, 2, 5, 6, 8, 8};
   const problem<float> p(z, 81);
   rmat<float> out = p.empty_out();
-  posenc::flash_config cfg;
+  posenc::flash_options cfg;
   cfg.threads = -1;
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), {},
-                                                          posenc::no_position{}, cfg),
+                                                          posenc::no_position_policy{}, cfg),
                        "threads = -1");
   const problem<float> bad(sizes{1, 4, 3, 5, 6, 8, 8}, 81);
   POSENC_REQUIRE_ERROR(
       posenc::flash_multi_head_attention(bad.qv(), bad.kv(), bad.vv(), bad.ov(out)),
       "kv_heads = 3");
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.q_offset = -2;
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(p.qv(), p.kv(), p.vv(), p.ov(out), opt),
                        "q_offset = -2");
@@ -660,4 +673,117 @@ TEST_CASE("flash rejects bad input with posenc::error", "[flash][errors]") {
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, q, 0, 1), "heads = 0");
   const rmat<float> k5 = random_matrix(3, 8, 2).cast<float>();
   POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, q, k5, 2, 2), "v.rows() = 3");
+}
+
+namespace {
+
+/// A user-written policy with a bias linear in the distance (a learned slope per head,
+/// which no posenc kernel knows by name): its traits alone put it on the fast tiled path.
+/// bias() counts its calls, so the test sees that the tiles never ask for it.
+std::atomic<long> learned_slope_bias_calls{0};
+
+struct learned_slopes : posenc::policy_base {
+  static constexpr bool has_bias = true;
+  static constexpr posenc::position_bias bias_form = posenc::position_bias::linear_distance;
+  std::vector<double> slopes;
+  bool symmetric = false;
+  struct head_type : posenc::linear_distance_head {
+    double bias(Index pos, Index j) const noexcept {
+      learned_slope_bias_calls.fetch_add(1, std::memory_order_relaxed);
+      return linear_distance_head::bias(pos, j);
+    }
+  };
+  head_type head(Index, Index h, const posenc::attention_shape&) const {
+    head_type t;
+    t.slope = slopes[static_cast<std::size_t>(h)];
+    t.symmetric = symmetric;
+    return t;
+  }
+};
+
+/// The same with a table by distance (T5's form, any table).
+struct distance_decay : posenc::policy_base {
+  static constexpr bool has_bias = true;
+  static constexpr posenc::position_bias bias_form = posenc::position_bias::distance_table;
+  struct head_type : posenc::distance_table_head {};
+  head_type head(Index, Index h, const posenc::attention_shape& s) const {
+    head_type t;
+    t.rel_min = -(s.q_offset + std::max<Index>(s.len_q, 1) - 1);
+    const Index n = std::max<Index>(s.len_q, 1) + std::max<Index>(s.len_k, 1) - 1;
+    for (Index r = 0; r < n; ++r)
+      t.bias_by_rel.push_back(-0.05 * double(h + 1) * std::log1p(std::abs(double(t.rel_min + r))));
+    return t;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a user policy with the linear-distance trait runs on the tiled fast path",
+          "[flash][policy]") {
+  const sizes z{2, 4, 2, 200, 260, 32, 24};
+  problem<float> p(z, 71);
+  for (const bool symmetric : {false, true}) {
+    learned_slopes pol;
+    pol.slopes = {0.31, 0.07, 0.5, 0.013};
+    pol.symmetric = symmetric;
+    for (auto [name, opt] : masks(z)) {
+      INFO((symmetric ? "symmetric / " : "causal form / ") << name);
+      learned_slope_bias_calls = 0;
+      const rmat<float> want = run_reference(p, opt, pol);
+      CHECK(learned_slope_bias_calls > 0);  // the reference calls the hook
+      learned_slope_bias_calls = 0;
+      posenc_test::tile_kernel = "";
+      const rmat<float> got = run_flash(p, opt, pol);
+      // the tiles generate the bias from slope and symmetric; the hook is never called
+      // (masks the lane kernel does not take fall back to the portable kernel, which also
+      // generates it)
+      CHECK(learned_slope_bias_calls == 0);
+      // and the lane kernel takes every call it takes for ALiBi (no elementwise mask)
+      const bool lanes_expected =
+          posenc::simd::has_packet_arch_v<posenc::default_backend> && opt.mask.allowed.size() == 0;
+      CHECK(std::string(posenc_test::tile_kernel.load()) ==
+            (lanes_expected ? posenc::default_backend::name() : "scalar"));
+      CHECK(rel_err(got, want) < 2e-6);
+      // and it is ALiBi's path: the same bits as alibi_policy with these slopes
+      const posenc::alibi_policy alibi(
+          pol.slopes, symmetric ? posenc::alibi_form::symmetric : posenc::alibi_form::causal);
+      CHECK(got == run_flash(p, opt, alibi));
+    }
+  }
+}
+
+TEST_CASE("a user policy with the distance-table trait runs on the tiled fast path",
+          "[flash][policy]") {
+  const sizes z{1, 3, 3, 150, 150, 16, 16};
+  problem<float> p(z, 72);
+  for (auto [name, opt] : masks(z)) {
+    INFO(name);
+    CHECK(rel_err(run_flash(p, opt, distance_decay{}), run_reference(p, opt, distance_decay{})) <
+          2e-6);
+  }
+}
+
+TEST_CASE("flash and the reference reject an output that shares memory with an input",
+          "[flash][errors]") {
+  // one fused buffer [L, 4·H·d]: q, k, v and a spare block of columns, as a fused QKV
+  // projection (plus an output arena) lays them out
+  const Index L = 6, H = 2, d = 8, row = 4 * H * d;
+  rmat<float> buf = random_matrix(L, row, 74).cast<float>();
+  auto block = [&](Index col) {
+    return posenc::heads_view<float>(buf.data() + col, {1, L, H, d}, {0, row, d, 1});
+  };
+  const posenc::heads_view<const float> q = block(0), k = block(H * d), v = block(2 * H * d);
+  rmat<float> sep(L, H * d);
+  const auto separate = posenc::view_shd(sep.data(), L, H, d);
+  posenc::flash_multi_head_attention(q, k, v, separate);
+  // the spare block shares no element with the inputs: accepted, same result
+  posenc::flash_multi_head_attention(q, k, v, block(3 * H * d));
+  CHECK(buf.rightCols(H * d) == sep);
+  for (const Index col : {Index(0), H * d / 2, H * d + 3, 2 * H * d}) {
+    INFO("output at column " << col);
+    POSENC_REQUIRE_ERROR(posenc::flash_multi_head_attention(q, k, v, block(col)),
+                         "out = shares memory with");
+    POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, v, block(col)),
+                         "out = shares memory with");
+  }
 }

@@ -21,7 +21,7 @@ TEST_CASE("grouped-query multi-head ALiBi attention matches the reference",
   const auto k = golden_matrix<double>("attention_mh_k.npy");
   const auto v = golden_matrix<double>("attention_mh_v.npy");
   const auto want = golden_matrix<double>("attention_mh_out.npy");
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   opt.q_offset = 1;
   const auto out = posenc::multi_head_attention(q, k, v, 4, 2, opt, posenc::alibi_policy(4));
@@ -39,7 +39,7 @@ TEST_CASE("multi-head equals per-head single calls for MHA, GQA and MQA", "[mult
     const auto q = random_matrix(Lq, H * d, 1), k = random_matrix(Lk, hkv * d, 2),
                v = random_matrix(Lk, hkv * dv, 3);
     const auto table = random_matrix(32, H, 4);
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     opt.q_offset = 4;
     const posenc::t5_bias_policy t5(table, {32, 128, false});
@@ -78,7 +78,7 @@ TEST_CASE("batched attention over bshd and bhsd views with padding and weights",
     return out;
   };
   const auto qb = to_bhsd(q, H), kb = to_bhsd(k, Hkv), vb = to_bhsd(v, Hkv);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   opt.mask.key_lengths = {6, 3, 0};
   std::vector<double> out1(static_cast<std::size_t>(B * L * H * dv)), out2(out1.size()),
@@ -104,7 +104,7 @@ TEST_CASE("batched attention over bshd and bhsd views with padding and weights",
         kh.row(s) = k.row((b * L + s) * Hkv + g);
         vh.row(s) = v.row((b * L + s) * Hkv + g);
       }
-      posenc::attention_options o;
+      posenc::attention_config o;
       o.mask.causal = true;
       rmat<double> wh;
       const auto want =
@@ -150,7 +150,7 @@ TEST_CASE("multi-head errors name the parameter", "[multi_head][errors]") {
   POSENC_REQUIRE_ERROR(posenc::multi_head_attention(qv, kv2, vv, obad), "out extents");
   const auto wbad = posenc::strided_view<double, 4>::contiguous(buf.data() + 2048, {2, 4, 3, 2});
   POSENC_REQUIRE_ERROR(
-      posenc::multi_head_attention(qv, kv2, vv, ov, {}, posenc::no_position{}, &wbad),
+      posenc::multi_head_attention(qv, kv2, vv, ov, {}, posenc::no_position_policy{}, &wbad),
       "weights extents");
 }
 
@@ -160,12 +160,12 @@ TEST_CASE("KV-cache decoding token by token equals one full causal pass", "[kv_c
              v = random_matrix(L, Hkv * dv, 13);
   const auto table = random_matrix(16, H, 14);
   auto check_policy = [&](const auto& policy, double scale) {
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     opt.scale = scale;
     const auto full = posenc::multi_head_attention(q, k, v, H, Hkv, opt, policy);
     posenc::kv_cache<double> cache(Hkv, d, dv, 4);
-    posenc::attention_options dec;
+    posenc::attention_config dec;
     dec.scale = scale;
     for (Index t = 0; t < L; ++t) {
       const auto row =
@@ -193,7 +193,7 @@ TEST_CASE("KV-cache decoding token by token equals one full causal pass", "[kv_c
       CHECK(max_abs_diff(row, full.middleRows(t, 1)) < 1e-5);
     }
   };
-  check_policy(posenc::no_position{}, 0.0);
+  check_policy(posenc::no_position_policy{}, 0.0);
   check_policy(posenc::alibi_policy(H), 0.0);
   check_policy(posenc::t5_bias_policy(table, {16, 12, false}), 1.0);
 }

@@ -37,16 +37,16 @@ dmat g(const std::string& c, const std::string& what) {
 }
 
 template <class Scalar>
-posenc::shaw_relative<Scalar> golden_policy(const shaw_case& c) {
+posenc::shaw_policy<Scalar> golden_policy(const shaw_case& c) {
   const dmat ak = g(c.name, "ak"), av = g(c.name, "av");
-  posenc::shaw_relative<Scalar> shaw(c.clip, ak.cols(), av.cols());
+  posenc::shaw_policy<Scalar> shaw(c.clip, ak.cols(), av.cols());
   shaw.key_table(0) = ak.cast<Scalar>();
   shaw.value_table(0) = av.cast<Scalar>();
   return shaw;
 }
 
-posenc::attention_options options(bool causal, Index q_offset) {
-  posenc::attention_options opt;
+posenc::attention_config options(bool causal, Index q_offset) {
+  posenc::attention_config opt;
   opt.mask.causal = causal;
   opt.q_offset = q_offset;
   return opt;
@@ -122,7 +122,7 @@ TEST_CASE("shaw value buckets equal the per-key sum", "[attention][shaw]") {
   for (Index left : {0, 1, 3})
     for (Index right : {0, 2, 5})
       for (Index lk : {1, 4, 9}) {
-        posenc::shaw_relative<double> shaw(posenc::shaw_clip::asymmetric(left, right), 2, 3);
+        posenc::shaw_policy<double> shaw(posenc::shaw_clip::asymmetric(left, right), 2, 3);
         shaw.value_tables() = normal_matrix(shaw.rows(), 3, gen);
         posenc::attention_shape s;
         s.len_q = 1;
@@ -149,7 +149,7 @@ TEST_CASE("shaw with clip distance 0 is attention with constant key/value offset
   const Index lq = 6, lk = 9, d = 5, dv = 4;
   const dmat q = normal_matrix(lq, d, gen), k = normal_matrix(lk, d, gen),
              v = normal_matrix(lk, dv, gen);
-  posenc::shaw_relative<double> shaw(posenc::shaw_clip::symmetric(0), d, dv);
+  posenc::shaw_policy<double> shaw(posenc::shaw_clip::symmetric(0), d, dv);
   shaw.key_tables() = normal_matrix(1, d, gen);
   shaw.value_tables() = normal_matrix(1, dv, gen);
   const dmat k_off = k.rowwise() + shaw.key_tables().row(0);
@@ -169,7 +169,7 @@ TEST_CASE("shaw depends on positions only through j - i", "[attention][shaw][pro
   const Index lq = 5, lk = 8, d = 4, dv = 3, offset = 3, shift = 6;
   const dmat q = normal_matrix(lq, d, gen), k = normal_matrix(lk, d, gen),
              v = normal_matrix(lk, dv, gen);
-  posenc::shaw_relative<double> shaw(posenc::shaw_clip::asymmetric(2, 3), d, dv);
+  posenc::shaw_policy<double> shaw(posenc::shaw_clip::asymmetric(2, 3), d, dv);
   shaw.key_tables() = normal_matrix(shaw.rows(), d, gen);
   shaw.value_tables() = normal_matrix(shaw.rows(), dv, gen);
   for (bool causal : {false, true}) {
@@ -194,7 +194,7 @@ TEST_CASE("shaw attention is not permutation-equivariant", "[attention][shaw][pr
   perm.setIdentity();
   std::swap(perm.indices()(0), perm.indices()(4));
   std::swap(perm.indices()(2), perm.indices()(5));
-  posenc::shaw_relative<double> shaw(posenc::shaw_clip::symmetric(2), d, dv);
+  posenc::shaw_policy<double> shaw(posenc::shaw_clip::symmetric(2), d, dv);
   // Zero tables: plain attention, equivariant (so the check below can tell the difference).
   {
     const dmat a = perm * posenc::attention(q, k, v, {}, shaw);
@@ -213,8 +213,8 @@ TEST_CASE("shaw tables shared or per head in multi-head and grouped-query attent
   std::mt19937 gen(14);
   const Index l = 6, heads = 4, d = 3, dv = 2;
   const auto clip = posenc::shaw_clip::asymmetric(1, 2);
-  posenc::shaw_relative<double> shared(clip, d, dv, 1);
-  posenc::shaw_relative<double> per_head(clip, d, dv, heads);
+  posenc::shaw_policy<double> shared(clip, d, dv, 1);
+  posenc::shaw_policy<double> per_head(clip, d, dv, heads);
   shared.key_tables() = normal_matrix(clip.rows(), d, gen);
   shared.value_tables() = normal_matrix(clip.rows(), dv, gen);
   per_head.key_tables() = normal_matrix(heads * clip.rows(), d, gen);
@@ -230,7 +230,7 @@ TEST_CASE("shaw tables shared or per head in multi-head and grouped-query attent
       const Index kvh = h / (heads / kv_heads);
       const dmat qh = q.middleCols(h * d, d), kh = k.middleCols(kvh * d, d),
                  vh = v.middleCols(kvh * dv, dv);
-      posenc::shaw_relative<double> one(clip, d, dv);
+      posenc::shaw_policy<double> one(clip, d, dv);
       one.key_table(0) = per_head.key_table(h);
       one.value_table(0) = per_head.value_table(h);
       CHECK(posenc_test::max_abs_diff(out_per.middleCols(h * dv, dv),
@@ -246,12 +246,12 @@ TEST_CASE("shaw at query positions near the largest Index (no overflow in the wi
   // The value term's window bounds pos + right must not be formed past the largest Index;
   // far from every key all of them sit in the left end bucket.
   std::mt19937 gen(91);
-  posenc::shaw_relative<double> shaw(posenc::shaw_clip::asymmetric(3, 1000), 4, 2);
+  posenc::shaw_policy<double> shaw(posenc::shaw_clip::asymmetric(3, 1000), 4, 2);
   shaw.key_tables() = normal_matrix(shaw.rows(), 4, gen);
   shaw.value_tables() = normal_matrix(shaw.rows(), 2, gen);
   const dmat q = normal_matrix(2, 4, gen), k = normal_matrix(5, 4, gen),
              v = normal_matrix(5, 2, gen);
-  posenc::attention_options far, near;
+  posenc::attention_config far, near;
   far.q_offset = std::numeric_limits<Index>::max() - 2;
   near.q_offset = 100;  // also past every key by more than left = 3
   CHECK(posenc_test::max_abs_diff(posenc::attention(q, k, v, far, shaw),
@@ -268,14 +268,13 @@ TEST_CASE("shaw errors name the parameter and its value", "[attention][shaw][err
   POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(Index(1) << 32, 1), "left = 4294967296");
   POSENC_REQUIRE_ERROR(posenc::shaw_clip::asymmetric(1, (Index(1) << 31) + 1),
                        "right = 2147483649");
-  POSENC_REQUIRE_ERROR((posenc::shaw_relative<double>(posenc::shaw_clip{-1, 0}, 2, 2)),
-                       "left = -1");
+  POSENC_REQUIRE_ERROR((posenc::shaw_policy<double>(posenc::shaw_clip{-1, 0}, 2, 2)), "left = -1");
   const auto clip = posenc::shaw_clip::symmetric(1);
-  POSENC_REQUIRE_ERROR((posenc::shaw_relative<double>(clip, 0, 2)), "dim = 0");
-  POSENC_REQUIRE_ERROR((posenc::shaw_relative<double>(clip, 2, 0)), "dim_v = 0");
-  POSENC_REQUIRE_ERROR((posenc::shaw_relative<double>(clip, 2, 2, 0)), "tables = 0");
+  POSENC_REQUIRE_ERROR((posenc::shaw_policy<double>(clip, 0, 2)), "dim = 0");
+  POSENC_REQUIRE_ERROR((posenc::shaw_policy<double>(clip, 2, 0)), "dim_v = 0");
+  POSENC_REQUIRE_ERROR((posenc::shaw_policy<double>(clip, 2, 2, 0)), "tables = 0");
 
-  posenc::shaw_relative<double> shaw(clip, 2, 3, 2);
+  posenc::shaw_policy<double> shaw(clip, 2, 3, 2);
   POSENC_REQUIRE_ERROR(shaw.key_table(2), "table = 2");
   POSENC_REQUIRE_ERROR(shaw.value_table(-1), "table = -1");
   const dmat q = dmat::Ones(3, 2), k = dmat::Ones(4, 2), v = dmat::Ones(4, 3);

@@ -37,10 +37,10 @@ TEST_CASE("shaw gradients match the numpy reference", "[attention][shaw][gradien
         golden_case{"shaw_asym", posenc::shaw_clip::asymmetric(3, 1), true, 2}}) {
     INFO(c.name);
     const dmat q = g(c.name, "q"), k = g(c.name, "k"), v = g(c.name, "v");
-    posenc::shaw_relative<double> shaw(c.clip, q.cols(), v.cols());
+    posenc::shaw_policy<double> shaw(c.clip, q.cols(), v.cols());
     shaw.key_tables() = g(c.name, "ak");
     shaw.value_tables() = g(c.name, "av");
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = c.causal;
     opt.q_offset = c.q_offset;
     auto grad = shaw.zero_gradient();
@@ -60,13 +60,13 @@ TEST_CASE("shaw table gradients agree with finite differences", "[attention][sha
   for (Index tables : {Index(1), heads})
     for (bool causal : {false, true}) {
       INFO("tables " << tables << " causal " << causal);
-      posenc::shaw_relative<double> shaw(clip, d, dv, tables);
+      posenc::shaw_policy<double> shaw(clip, d, dv, tables);
       shaw.key_tables() = normal_matrix(tables * clip.rows(), d, gen);
       shaw.value_tables() = normal_matrix(tables * clip.rows(), dv, gen);
       dmat q = normal_matrix(lq, heads * d, gen), k = normal_matrix(lk, kv_heads * d, gen),
            v = normal_matrix(lk, kv_heads * dv, gen);
       const dmat dout = normal_matrix(lq, heads * dv, gen);
-      posenc::attention_options opt;
+      posenc::attention_config opt;
       opt.mask.causal = causal;
       opt.q_offset = 3;
       auto grad = shaw.zero_gradient();
@@ -93,7 +93,7 @@ TEST_CASE("shaw tables train: SGD lowers a regression loss", "[attention][shaw][
   std::mt19937 gen(32);
   const Index l = 6, d = 4, dv = 3;
   const auto clip = posenc::shaw_clip::symmetric(2);
-  posenc::shaw_relative<double> teacher(clip, d, dv), student(clip, d, dv);
+  posenc::shaw_policy<double> teacher(clip, d, dv), student(clip, d, dv);
   teacher.key_tables() = normal_matrix(clip.rows(), d, gen);
   teacher.value_tables() = normal_matrix(clip.rows(), dv, gen);
   const dmat q = normal_matrix(l, d, gen), k = normal_matrix(l, d, gen),
@@ -118,7 +118,7 @@ TEST_CASE("shaw tables train: SGD lowers a regression loss", "[attention][shaw][
 }
 
 TEST_CASE("shaw backward rejects a gradient of the wrong shape", "[attention][shaw][error]") {
-  posenc::shaw_relative<double> shaw(posenc::shaw_clip::symmetric(1), 2, 2);
+  posenc::shaw_policy<double> shaw(posenc::shaw_clip::symmetric(1), 2, 2);
   const dmat x = dmat::Ones(3, 2);
   auto grad = shaw.zero_gradient();
   grad.key.resize(2, 2);

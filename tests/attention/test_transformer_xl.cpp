@@ -25,23 +25,22 @@ dmat g(const std::string& c, const std::string& what) {
   return posenc_test::golden_matrix<double>("relative_txl_" + c + "_" + what + ".npy");
 }
 
-posenc::attention_options options(bool causal, Index q_offset) {
-  posenc::attention_options opt;
+posenc::attention_config options(bool causal, Index q_offset) {
+  posenc::attention_config opt;
   opt.mask.causal = causal;
   opt.q_offset = q_offset;
   return opt;
 }
 
 // The position key P_dist of one head, straight from the definition (one distance at a time).
-posenc::drow position_key(const posenc::transformer_xl_relative<double>& xl, Index head,
-                          Index dist) {
+posenc::drow position_key(const posenc::transformer_xl_policy<double>& xl, Index head, Index dist) {
   const dmat r = posenc::txl_sinusoid<double>(xl.dim_r(), dist, 1, xl.base());
   if (!xl.projected()) return r.row(0);
   return r.row(0) * xl.w_r().middleCols(head * xl.dim(), xl.dim());
 }
 
 // Terms (b) + (d), direct O(L^2): (q_i + v) . P_{q_offset + i - j}.
-dmat direct_position_scores(const posenc::transformer_xl_relative<double>& xl, Index head,
+dmat direct_position_scores(const posenc::transformer_xl_policy<double>& xl, Index head,
                             const dmat& q, Index lk, Index q_offset) {
   dmat s(q.rows(), lk);
   for (Index i = 0; i < q.rows(); ++i)
@@ -50,9 +49,9 @@ dmat direct_position_scores(const posenc::transformer_xl_relative<double>& xl, I
   return s;
 }
 
-posenc::transformer_xl_relative<double> random_policy(Index heads, Index d, Index d_r,
-                                                      std::mt19937& gen) {
-  posenc::transformer_xl_relative<double> xl(heads, d, d_r);
+posenc::transformer_xl_policy<double> random_policy(Index heads, Index d, Index d_r,
+                                                    std::mt19937& gen) {
+  posenc::transformer_xl_policy<double> xl(heads, d, d_r);
   xl.u() = normal_matrix(heads, d, gen);
   xl.v() = normal_matrix(heads, d, gen);
   if (d_r > 0) xl.w_r() = 0.5 * normal_matrix(d_r, heads * d, gen);
@@ -214,7 +213,7 @@ TEST_CASE("transformer-xl attention matches the reference: terms (a)-(d)",
           "[attention][txl][golden]") {
   SECTION("two heads, W_R, memory of 3, causal") {
     const dmat q = g("mem", "q"), k = g("mem", "k"), v = g("mem", "v");
-    posenc::transformer_xl_relative<double> xl(2, 4, 6);
+    posenc::transformer_xl_policy<double> xl(2, 4, 6);
     xl.u() = g("mem", "u");
     xl.v() = g("mem", "vbias");
     xl.w_r() = g("mem", "w_r");
@@ -222,7 +221,7 @@ TEST_CASE("transformer-xl attention matches the reference: terms (a)-(d)",
     const dmat out = posenc::multi_head_attention(q, k, v, 2, 2, opt, xl);
     CHECK(posenc_test::max_abs_diff(out, g("mem", "out")) < 1e-12);
 
-    posenc::transformer_xl_relative<float> xf(2, 4, 6);
+    posenc::transformer_xl_policy<float> xf(2, 4, 6);
     xf.u() = g("mem", "u").cast<float>();
     xf.v() = g("mem", "vbias").cast<float>();
     xf.w_r() = g("mem", "w_r").cast<float>();
@@ -232,7 +231,7 @@ TEST_CASE("transformer-xl attention matches the reference: terms (a)-(d)",
   }
   SECTION("one head, P = R, bidirectional") {
     const dmat q = g("bi", "q"), k = g("bi", "k"), v = g("bi", "v");
-    posenc::transformer_xl_relative<double> xl(1, 4);
+    posenc::transformer_xl_policy<double> xl(1, 4);
     xl.u() = g("bi", "u");
     xl.v() = g("bi", "vbias");
     dmat w;
@@ -371,7 +370,7 @@ TEST_CASE("transformer-xl errors name the parameter and its value", "[attention]
   POSENC_REQUIRE_ERROR(posenc::rel_shift_full(dmat(dmat::Zero(2, 4)), 4), "x.cols() = 4");
   POSENC_REQUIRE_ERROR(posenc::rel_shift_full(dmat(dmat::Zero(2, 1)), 0), "lk = 0");
 
-  using xl_t = posenc::transformer_xl_relative<double>;
+  using xl_t = posenc::transformer_xl_policy<double>;
   POSENC_REQUIRE_ERROR(xl_t(0, 4), "heads = 0");
   POSENC_REQUIRE_ERROR(xl_t(2, 0), "dim = 0");
   POSENC_REQUIRE_ERROR(xl_t(2, 4, -1), "dim_r = -1");
@@ -397,7 +396,7 @@ TEST_CASE("transformer-xl errors name the parameter and its value", "[attention]
   POSENC_REQUIRE_ERROR(xm.sgd_step(grad, 0.1), "gradient.w_r.rows() = 0");
 
   // Distances must stay exact in double (and the cache arithmetic far from overflow).
-  posenc::attention_options far;
+  posenc::attention_config far;
   far.q_offset = (Index(1) << 53) - 2;  // Lq = 3: the last query sits at 2^53
   POSENC_REQUIRE_ERROR(posenc::multi_head_attention(q, k, k, 2, 2, far, xl),
                        "q_offset = 9007199254740990");

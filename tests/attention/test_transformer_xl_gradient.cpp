@@ -29,11 +29,11 @@ TEST_CASE("transformer-xl gradients match the numpy reference",
           "[attention][txl][gradient][golden]") {
   SECTION("two heads, W_R, memory of 3, causal") {
     const dmat q = g("mem", "q"), k = g("mem", "k"), v = g("mem", "v");
-    posenc::transformer_xl_relative<double> xl(2, 4, 6);
+    posenc::transformer_xl_policy<double> xl(2, 4, 6);
     xl.u() = g("mem", "u");
     xl.v() = g("mem", "vbias");
     xl.w_r() = g("mem", "w_r");
-    posenc::attention_options opt;
+    posenc::attention_config opt;
     opt.mask.causal = true;
     opt.q_offset = 3;
     auto grad = xl.zero_gradient();
@@ -48,7 +48,7 @@ TEST_CASE("transformer-xl gradients match the numpy reference",
   }
   SECTION("one head, P = R, bidirectional") {
     const dmat q = g("bi", "q"), k = g("bi", "k"), v = g("bi", "v");
-    posenc::transformer_xl_relative<double> xl(1, 4);
+    posenc::transformer_xl_policy<double> xl(1, 4);
     xl.u() = g("bi", "u");
     xl.v() = g("bi", "vbias");
     auto grad = xl.zero_gradient();
@@ -69,14 +69,14 @@ TEST_CASE("transformer-xl u, v, W_R gradients agree with finite differences",
   for (Index d_r : {0, 6})
     for (bool causal : {false, true}) {
       INFO("d_R " << d_r << " causal " << causal);
-      posenc::transformer_xl_relative<double> xl(heads, d, d_r);
+      posenc::transformer_xl_policy<double> xl(heads, d, d_r);
       xl.u() = normal_matrix(heads, d, gen);
       xl.v() = normal_matrix(heads, d, gen);
       if (d_r > 0) xl.w_r() = 0.5 * normal_matrix(d_r, heads * d, gen);
       dmat q = normal_matrix(lq, heads * d, gen), k = normal_matrix(lk, kv_heads * d, gen),
            v = normal_matrix(lk, kv_heads * 3, gen);
       const dmat dout = normal_matrix(lq, heads * 3, gen);
-      posenc::attention_options opt;
+      posenc::attention_config opt;
       opt.mask.causal = causal;
       opt.q_offset = mem;
       auto grad = xl.zero_gradient();
@@ -103,14 +103,14 @@ TEST_CASE("transformer-xl parameters train: SGD lowers a regression loss",
           "[attention][txl][gradient]") {
   std::mt19937 gen(42);
   const Index l = 6, heads = 2, d = 4;
-  posenc::transformer_xl_relative<double> teacher(heads, d, 4), student(heads, d, 4);
+  posenc::transformer_xl_policy<double> teacher(heads, d, 4), student(heads, d, 4);
   teacher.u() = normal_matrix(heads, d, gen);
   teacher.v() = normal_matrix(heads, d, gen);
   teacher.w_r() = normal_matrix(4, heads * d, gen);
   student.w_r() = 0.1 * normal_matrix(4, heads * d, gen);
   const dmat q = normal_matrix(l, heads * d, gen), k = normal_matrix(l, heads * d, gen),
              v = normal_matrix(l, heads * d, gen);
-  posenc::attention_options opt;
+  posenc::attention_config opt;
   opt.mask.causal = true;
   const dmat target = posenc::multi_head_attention(q, k, v, heads, heads, opt, teacher);
   const auto loss = [&](dmat* dout) {
@@ -133,7 +133,7 @@ TEST_CASE("transformer-xl parameters train: SGD lowers a regression loss",
 
 TEST_CASE("transformer-xl backward rejects a gradient of the wrong shape",
           "[attention][txl][error]") {
-  posenc::transformer_xl_relative<double> xl(1, 2, 4);
+  posenc::transformer_xl_policy<double> xl(1, 2, 4);
   const dmat x = dmat::Ones(3, 2);
   auto grad = xl.zero_gradient();
   grad.w_r.resize(4, 1);

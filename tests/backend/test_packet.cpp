@@ -180,7 +180,7 @@ void check_lane_exp() {
   while (x.size() % W) x.push_back(0.0f);
   std::vector<float> y(x.size());
   for (std::size_t i = 0; i < x.size(); i += W)
-    posenc::detail::flash::lanes::exp2_nonpositive(P::load(&x[i])).store(&y[i]);
+    posenc::kernels::flash::lanes::exp2_nonpositive(P::load(&x[i])).store(&y[i]);
   double worst = 0.0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     if (std::isnan(x[i])) {
@@ -216,7 +216,7 @@ void check_transpose() {
       if (rows == W && cols == W) {
         P::transpose(src.data(), lds, dst.data(), ldd);
       } else {
-        posenc::detail::flash::lanes::transpose<P>(src.data(), lds, rows, cols, dst.data(), ldd);
+        posenc::kernels::flash::lanes::transpose<P>(src.data(), lds, rows, cols, dst.data(), ldd);
       }
       int wrong = 0;
       for (int c = 0; c < cols; ++c)

@@ -8,9 +8,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <posenc/backend/avx2/rotary.hpp>
-#include <posenc/backend/avx512/rotary.hpp>
-#include <posenc/backend/neon/rotary.hpp>
 #include <posenc/backend/simd/lowp.hpp>
 #include <posenc/encoding/rotary/rotary.hpp>
 #include <random>
@@ -31,22 +28,23 @@ struct rope_case {
 };
 
 // The SIMD kernels' arithmetic, one pair at a time: the cos product rounded, the sin
-// product fused into the sum (std::fma rounds once).
+// product fused into the sum (std::fma rounds once). Dims may be strided: the packet
+// kernels gather such tokens and give them the same arithmetic.
 template <class T>
-void fused_rope(const be::rope_token<T>& t) {
-  const Index pairs = t.rotary_dim / 2;
+void fused_rope(const posenc::kernels::rope_token<T>& t) {
+  const Index pairs = t.rotary_dim / 2, is = t.in_dim_stride, os = t.out_dim_stride;
   for (Index h = 0; h < t.heads; ++h) {
     const T* x = t.in + h * t.in_head_stride;
     T* y = t.out + h * t.out_head_stride;
     for (Index i = 0; i < pairs; ++i) {
       const Index a = i * t.pair_step, b = a + t.pair_offset;
       const T c = t.cos[i], s = t.inverse ? -t.sin[i] : t.sin[i];
-      const T xa = x[a], xb = x[b];
-      y[a] = std::fma(-xb, s, xa * c);
-      y[b] = std::fma(xa, s, xb * c);
+      const T xa = x[a * is], xb = x[b * is];
+      y[a * os] = std::fma(-xb, s, xa * c);
+      y[b * os] = std::fma(xa, s, xb * c);
     }
     if (y != x)
-      for (Index d = t.rotary_dim; d < t.head_dim; ++d) y[d] = x[d];
+      for (Index d = t.rotary_dim; d < t.head_dim; ++d) y[d * os] = x[d * is];
   }
 }
 
@@ -62,10 +60,10 @@ double max_diff(const std::vector<T>& a, const std::vector<T>& b) {
 // The rope_token of one test case: `heads` heads of x (head stride hs, dim stride ds),
 // written to x itself (in place) or to y, with cos = cs[0, r/2) and sin = cs[r/2, r).
 template <class S, class C>
-be::rope_token<S, C> make_token(const rope_case& rc, Index hs, Index ds, bool in_place,
-                                bool inverse, S* x, S* y, const C* cs) {
+posenc::kernels::rope_token<S, C> make_token(const rope_case& rc, Index hs, Index ds, bool in_place,
+                                             bool inverse, S* x, S* y, const C* cs) {
   const Index pairs = rc.rotary_dim / 2;
-  be::rope_token<S, C> t;
+  posenc::kernels::rope_token<S, C> t;
   t.in = x;
   t.in_head_stride = hs * ds;
   t.in_dim_stride = ds;
@@ -99,29 +97,24 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
   auto token = [&](std::vector<T>& x, std::vector<T>& y) {
     return make_token(rc, hs, ds, in_place, inverse, x.data(), y.data(), cs.data());
   };
-  be::rope_rotate(B{}, token(xa, ya));
-  be::rope_rotate(be::scalar{}, token(xb, yb));
+  posenc::kernels::rope_rotate(B{}, token(xa, ya));
+  posenc::kernels::rope_rotate(be::scalar{}, token(xb, yb));
   // a call that streams from memory walks the heads in another order: the same bits
   std::vector<T> xs = x0, ys = y0;
   auto streaming = token(xs, ys);
   streaming.streaming = true;
-  be::rope_rotate(B{}, streaming);
+  posenc::kernels::rope_rotate(B{}, streaming);
   INFO(B::name() << (rc.interleaved ? " interleaved" : " half") << " D " << rc.head_dim << " r "
                  << rc.rotary_dim << " H " << rc.heads << " head stride " << hs << " dim stride "
                  << ds << (in_place ? " in place" : " out of place")
                  << (inverse ? " inverse" : ""));
-  if (ds == 1) {
-    // contiguous dims: the packet kernel, bit for bit its fused arithmetic
-    fused_rope(token(xf, yf));
-    CHECK(xa == xf);
-    CHECK(ya == yf);
-    CHECK(xs == xf);
-    CHECK(ys == yf);
-  } else {
-    // strided dims go to the scalar kernel unchanged
-    CHECK(xa == xb);
-    CHECK(ya == yb);
-  }
+  // contiguous or strided dims (gathered by the kernel): the packet kernel, bit for bit
+  // its fused arithmetic
+  fused_rope(token(xf, yf));
+  CHECK(xa == xf);
+  CHECK(ya == yf);
+  CHECK(xs == xf);
+  CHECK(ys == yf);
   // against the scalar kernel: inputs and cos/sin lie in [-1, 1), so |x_a c| + |x_b s| <= 2;
   // one product's rounding (u = eps/2) plus both results' (u each, |y| <= 2): < 5u + O(u^2)
   const double tol = 3 * static_cast<double>(std::numeric_limits<T>::epsilon());
@@ -198,7 +191,7 @@ TEST_CASE("rotary_embedding with a SIMD backend agrees with the scalar backend",
           CHECK(max_diff(a, c) > 0.1);
         }
     // a call over more than rope_streaming_bytes (the kernels' from-memory order)
-    const Index Lb = be::rope_streaming_bytes / (8 * 128 * Index(sizeof(float))) + 3;
+    const Index Lb = posenc::kernels::rope_streaming_bytes / (8 * 128 * Index(sizeof(float))) + 3;
     for (auto pairing : {posenc::rope_pairing::half, posenc::rope_pairing::interleaved}) {
       posenc::rotary_embedding<float, B> fast(128, -1, 10000.0, pairing);
       posenc::rotary_embedding<float, be::scalar> ref(128, -1, 10000.0, pairing);
@@ -509,13 +502,13 @@ void compare_token_lowp(const rope_case& rc, Index hs, Index ds, bool in_place, 
   auto token = [&](auto& x, auto& y) {
     return make_token(rc, hs, ds, in_place, inverse, x.data(), y.data(), cs.data());
   };
-  be::rope_rotate(B{}, token(xa, ya));
-  be::rope_rotate(be::scalar{}, token(xb, yb));
+  posenc::kernels::rope_rotate(B{}, token(xa, ya));
+  posenc::kernels::rope_rotate(be::scalar{}, token(xb, yb));
   // a call that streams from memory walks the heads in another order: the same bits
   std::vector<T> xs = x0, ys = y0;
   auto streaming = token(xs, ys);
   streaming.streaming = true;
-  be::rope_rotate(B{}, streaming);
+  posenc::kernels::rope_rotate(B{}, streaming);
   INFO(B::name() << (std::is_same_v<T, Eigen::half> ? " half" : " bfloat16")
                  << (rc.interleaved ? " interleaved" : " half pairing") << " D " << rc.head_dim
                  << " r " << rc.rotary_dim << " H " << rc.heads << " head stride " << hs
@@ -523,16 +516,13 @@ void compare_token_lowp(const rope_case& rc, Index hs, Index ds, bool in_place, 
                  << (inverse ? " inverse" : ""));
   const std::vector<T>& got = in_place ? xa : ya;
   const std::vector<T>& scal = in_place ? xb : yb;
-  if (ds == 1) {
-    // the packet kernel: its fused float arithmetic, rounded once to T
-    fused_rope(token(xf, yf));
-    const std::vector<T> want = to_t(in_place ? xf : yf);
-    CHECK(std::memcmp(got.data(), want.data(), n * sizeof(T)) == 0);
-    CHECK(std::memcmp(xs.data(), xa.data(), n * sizeof(T)) == 0);
-    CHECK(std::memcmp(ys.data(), ya.data(), n * sizeof(T)) == 0);
-  } else {
-    CHECK(std::memcmp(got.data(), scal.data(), n * sizeof(T)) == 0);
-  }
+  // contiguous or strided dims (gathered by the kernel): the packet kernel, its fused
+  // float arithmetic rounded once to T
+  fused_rope(token(xf, yf));
+  const std::vector<T> want = to_t(in_place ? xf : yf);
+  CHECK(std::memcmp(got.data(), want.data(), n * sizeof(T)) == 0);
+  CHECK(std::memcmp(xs.data(), xa.data(), n * sizeof(T)) == 0);
+  CHECK(std::memcmp(ys.data(), ya.data(), n * sizeof(T)) == 0);
   // against the scalar kernel: the float bound (3 eps, values in [-1, 1)) plus one spacing of
   // T at the larger of the two results
   const double feps = static_cast<double>(std::numeric_limits<float>::epsilon());

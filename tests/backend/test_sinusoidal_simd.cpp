@@ -3,9 +3,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <posenc/backend/avx2/sinusoidal.hpp>
-#include <posenc/backend/avx512/sinusoidal.hpp>
-#include <posenc/backend/neon/sinusoidal.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
 #include <string>
 #include <vector>
@@ -61,7 +58,7 @@ void compare_with_scalar(const layout_case& lc, Index first, Index rows,
   std::vector<T> simd = posenc_test::random_values<T>(n, 7), ref = simd;
 
   auto args = [&](std::vector<T>& out) {
-    be::sinusoidal_rows_args<T> a;
+    posenc::kernels::sinusoidal_rows_args<T> a;
     a.inv_freq = w.data();
     a.pairs = pairs;
     a.dim = lc.dim;
@@ -79,8 +76,8 @@ void compare_with_scalar(const layout_case& lc, Index first, Index rows,
     a.scale = T(1.7);
     return a;
   };
-  be::sinusoidal_rows(B{}, args(simd));
-  be::sinusoidal_rows(be::scalar{}, args(ref));
+  posenc::kernels::sinusoidal_rows(B{}, args(simd));
+  posenc::kernels::sinusoidal_rows(be::scalar{}, args(ref));
 
   INFO(B::name() << " " << lc.name << " dim " << lc.dim << " first " << first << " rows " << rows
                  << (positions.empty() ? "" : " (position list)")
@@ -184,7 +181,7 @@ TEST_CASE("SIMD float tables stay within 3.5e-8 of float64 up to position 1,000,
   auto check_backend = [&](auto tag) {
     using B = decltype(tag);
     std::vector<float> out(static_cast<std::size_t>(rows * 2 * pairs));
-    be::sinusoidal_rows_args<float> a;
+    posenc::kernels::sinusoidal_rows_args<float> a;
     a.inv_freq = w.data();
     a.pairs = pairs;
     a.dim = 2 * pairs;
@@ -192,7 +189,7 @@ TEST_CASE("SIMD float tables stay within 3.5e-8 of float64 up to position 1,000,
     a.positions = pos.data();
     a.out = out.data();
     a.row_stride = 2 * pairs;
-    be::sinusoidal_rows(B{}, a);
+    posenc::kernels::sinusoidal_rows(B{}, a);
     double worst = 0;
     for (Index r = 0; r < rows; ++r)
       for (Index j = 0; j < 2 * pairs; ++j)

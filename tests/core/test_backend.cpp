@@ -1,4 +1,5 @@
 #include <cstring>
+#include <posenc/backend/simd/packets.hpp>
 #include <posenc/core/backend.hpp>
 #include <type_traits>
 
@@ -33,4 +34,30 @@ TEST_CASE("the default backend follows the compiler flags", "[core][backend]") {
 #endif
   INFO("default backend: " << posenc::default_backend::name());
   CHECK(std::strlen(posenc::default_backend::name()) > 0);
+}
+
+TEST_CASE("packet kernels run on the nearest tag that has packets", "[core][backend]") {
+  namespace be = posenc::backend;
+  using posenc::simd::packet_arch_t;
+  // scalar has no packets: the portable kernels
+  STATIC_REQUIRE(std::is_void_v<packet_arch_t<be::scalar>>);
+#if POSENC_ARCH_AVX512
+  STATIC_REQUIRE(std::is_same_v<packet_arch_t<be::avx512>, be::avx512>);
+  STATIC_REQUIRE(std::is_same_v<packet_arch_t<be::avx2>, be::avx2>);
+#elif POSENC_ARCH_AVX2
+  // the avx512 tag named in an AVX2-only build runs the avx2 packets
+  STATIC_REQUIRE(std::is_same_v<packet_arch_t<be::avx512>, be::avx2>);
+  STATIC_REQUIRE(std::is_same_v<packet_arch_t<be::avx2>, be::avx2>);
+  STATIC_REQUIRE(std::is_void_v<packet_arch_t<be::neon>>);
+#elif POSENC_ARCH_NEON
+  STATIC_REQUIRE(std::is_same_v<packet_arch_t<be::neon>, be::neon>);
+  STATIC_REQUIRE(std::is_void_v<packet_arch_t<be::avx2>>);
+#else
+  STATIC_REQUIRE(std::is_void_v<packet_arch_t<be::avx2>>);
+  STATIC_REQUIRE(std::is_void_v<packet_arch_t<be::avx512>>);
+  STATIC_REQUIRE(std::is_void_v<packet_arch_t<be::neon>>);
+#endif
+  // a user's tag built on a packet tag runs that tag's packets
+  struct my_tag : be::avx2 {};
+  STATIC_REQUIRE(std::is_same_v<packet_arch_t<my_tag>, packet_arch_t<be::avx2>>);
 }

@@ -80,12 +80,12 @@ TEST_CASE("seeded N(0, 0.02) init: same seed, same table; golden first values",
 TEST_CASE("lookup, table and add_to", "[learned][add]") {
   const posenc::learned_table<float> t(20, 8, 1);
   const std::vector<Index> pos = {3, 0, 19, 3};
-  const rowmatf rows = t.lookup(pos);
+  const rowmatf rows = t.at(pos);
   for (std::size_t r = 0; r < pos.size(); ++r)
     CHECK(rows.row(static_cast<Index>(r)) == t.weights().row(pos[r]));
   Eigen::Matrix<std::int64_t, 1, Eigen::Dynamic> pv(2);
   pv << 19, 2;
-  CHECK(t.lookup(pv).row(1) == t.weights().row(2));
+  CHECK(t.at(pv).row(1) == t.weights().row(2));
   CHECK(t.table(5, 15) == t.weights().bottomRows(5));
   CHECK(t.table(0, 20).rows() == 0);
 
@@ -118,7 +118,7 @@ TEST_CASE("randomized shapes: lookup, add and backward agree with naive loops",
     posenc::learned_table<float> t(L, d, rng());
     std::vector<Index> pos(static_cast<std::size_t>(n));
     for (auto& p : pos) p = static_cast<Index>(rng() % static_cast<std::uint64_t>(L));
-    const rowmatf rows = t.lookup(pos);
+    const rowmatf rows = t.at(pos);
     rowmatf e = rowmatf::Constant(n, d, 0.25f), g = rowmatf::Constant(n, d, 1.0f);
     t.add_at(e, pos);
     t.backward(g, pos);
@@ -220,7 +220,7 @@ TEST_CASE("toy training: the table learns a target and the loss falls", "[learne
   for (int step = 0; step < 200; ++step) {
     std::vector<Index> pos(16);
     for (auto& p : pos) p = static_cast<Index>(rng() % static_cast<std::uint64_t>(L));
-    const rowmat out = t.lookup(pos);
+    const rowmat out = t.at(pos);
     rowmat y(16, d);
     for (Index r = 0; r < 16; ++r) y.row(r) = target.row(pos[static_cast<std::size_t>(r)]);
     losses.push_back(0.5 * (out - y).squaredNorm() / 16.0);
@@ -302,12 +302,12 @@ TEST_CASE("learned errors name the parameter and both numbers", "[learned][error
   POSENC_REQUIRE_ERROR(T(rowmatf(0, 3)), "max_len = 0");
 
   T t(5, 4, 1);
-  POSENC_REQUIRE_ERROR(t.lookup(std::vector<Index>{0, 5}), "positions[1] = 5");
-  POSENC_REQUIRE_ERROR(t.lookup(std::vector<Index>{0, 5}), "max_len = 5");
-  POSENC_REQUIRE_ERROR(t.lookup(std::vector<Index>{-1}), "positions[0] = -1");
+  POSENC_REQUIRE_ERROR(t.at(std::vector<Index>{0, 5}), "positions[1] = 5");
+  POSENC_REQUIRE_ERROR(t.at(std::vector<Index>{0, 5}), "max_len = 5");
+  POSENC_REQUIRE_ERROR(t.at(std::vector<Index>{-1}), "positions[0] = -1");
   Eigen::Matrix<int, 2, 2> m;
   m.setZero();
-  POSENC_REQUIRE_ERROR(t.lookup(m), "positions.rows = 2");
+  POSENC_REQUIRE_ERROR(t.at(m), "positions.rows = 2");
   POSENC_REQUIRE_ERROR(t.table(3, 3), "offset + len = 6");
   POSENC_REQUIRE_ERROR(t.table(3, 3), "max_len = 5");
   POSENC_REQUIRE_ERROR(t.table(-1), "len = -1");

@@ -244,6 +244,21 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
   // an output at the input's address with other strides
   const heads_view<float> swapped(qb.data(), {2, 3, 4, 8}, {96, 8, 24, 1});
   POSENC_REQUIRE_ERROR(rope.apply(heads_view<const float>(q), swapped), "out.stride[1] = 8");
+  // an output that shares memory with an input without being it (shifted by one token,
+  // or by half a head), and q and k that overlap: never a silent partial overwrite
+  std::vector<float> big(3 * 3 * 4 * 8 + 8);
+  const auto base = posenc::view_bshd(big.data(), 2, 3, 4, 8);
+  const heads_view<const float> base_in(base);
+  POSENC_REQUIRE_ERROR(rope.apply(base_in, posenc::view_bshd(big.data() + 32, 2, 3, 4, 8)),
+                       "out = shares memory with input");
+  POSENC_REQUIRE_ERROR(rope.apply(base_in, posenc::view_bshd(big.data() + 4, 2, 3, 4, 8)),
+                       "out = shares memory with input");
+  POSENC_REQUIRE_ERROR(
+      rope.apply_qk(base, heads_view<float>(big.data() + 8, {2, 3, 2, 8}, {96, 32, 8, 1})),
+      "q.out = shares memory with k");
+  // the same buffer, elements apart (the q and k heads of one fused row): accepted
+  CHECK_NOTHROW(rope.apply_qk(heads_view<float>(big.data(), {2, 3, 2, 8}, {96, 32, 8, 1}),
+                              heads_view<float>(big.data() + 16, {2, 3, 2, 8}, {96, 32, 8, 1})));
   // a heads mismatch between in and out
   std::vector<float> ob(2 * 3 * 3 * 8);
   POSENC_REQUIRE_ERROR(

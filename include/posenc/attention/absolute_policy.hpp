@@ -17,7 +17,7 @@
 #include <memory>
 
 #include "../core/error.hpp"
-#include "policy.hpp"
+#include "../core/policy.hpp"
 
 namespace posenc {
 

@@ -26,17 +26,18 @@
 #include <limits>
 #include <type_traits>
 
+#include "../core/attention_config.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
+#include "../core/policy.hpp"
+#include "../core/types.hpp"
 #include "../core/view.hpp"
-#include "mask.hpp"
-#include "policy.hpp"
 
 namespace posenc {
 
 /// Row-major dynamic matrix of the attention API: one token per row.
 template <class Scalar>
-using attention_matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using attention_matrix = row_matrix<Scalar>;
 
 namespace detail {
 
@@ -45,23 +46,6 @@ struct attention_workspace {
   dmatrix k, v, q_raw, q_t, s;
   drow p, o;
 };
-
-/// The scale a call uses: `scale` if > 0, else 1/sqrt(d). Validated by the entry points.
-inline double resolve_scale(double scale, Index dim) noexcept {
-  return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(dim));
-}
-
-/// Validates sizes, scale, mask and policy once per call.
-template <class Policy>
-void check_attention(const attention_shape& s, const attention_options& opt, const Policy& policy,
-                     const char* where) {
-  require(s.dim >= 1, where, "dim", s.dim, "must be >= 1");
-  require(s.dim_v >= 0, where, "dim_v", s.dim_v, "must be >= 0");
-  require(std::isfinite(opt.scale) && opt.scale >= 0, where, "scale", opt.scale,
-          "must be finite and >= 0 (0 selects 1/sqrt(d))");
-  check_mask(opt.mask, s, where);
-  policy.check(s);
-}
 
 /// The visible, unmasked logits of one row into p[0, limit) (-inf where masked), and
 /// their maximum (-inf when the row sees no key; NaN when any logit is NaN, so that NaN
@@ -125,7 +109,7 @@ void attention_head(const Policy& policy, Index b, Index h, const attention_shap
                     double scale, const attention_mask& mask, const strided_view<TQ, 2>& q,
                     const strided_view<TK, 2>& k, const strided_view<TV, 2>& v,
                     const strided_view<TO, 2>& out, const strided_view<TW, 2>* weights,
-                    attention_workspace& ws, backend::scalar const&) {
+                    attention_workspace& ws) {
   const Index lq = shape.len_q, lk = shape.len_k, dv = shape.dim_v;
   auto hs = policy.head(b, h, shape);
   load_double(k, ws.k);
@@ -168,10 +152,16 @@ void attention_head(const Policy& policy, Index b, Index h, const attention_shap
 template <class Derived>
 using scalar_of = typename Derived::Scalar;
 
+/// True for backend tags (core/backend.hpp): what the deprecated explicit-backend
+/// overloads of the reference entry points accept as their first template argument.
+template <class T>
+inline constexpr bool is_backend_tag_v =
+    std::is_base_of_v<backend::scalar, T> || std::is_same_v<T, backend::cuda>;
+
 /// Single-head shape from matrices.
 template <class DQ, class DK, class DV>
 attention_shape single_head_shape(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
-                                  const Eigen::MatrixBase<DV>& v, const attention_options& opt,
+                                  const Eigen::MatrixBase<DV>& v, const attention_config& config,
                                   const char* where) {
   require(k.cols() == q.cols(), where, "k.cols()", k.cols(),
           "must equal q.cols() (the head dim d)");
@@ -181,21 +171,27 @@ attention_shape single_head_shape(const Eigen::MatrixBase<DQ>& q, const Eigen::M
   s.len_k = k.rows();
   s.dim = q.cols();
   s.dim_v = v.cols();
-  s.q_offset = opt.q_offset;
+  s.q_offset = config.q_offset;
   return s;
 }
 
-template <class Backend, class Scalar, class Policy>
-attention_matrix<Scalar> single_head(const attention_matrix<Scalar>& q,
-                                     const attention_matrix<Scalar>& k,
-                                     const attention_matrix<Scalar>& v,
-                                     const attention_options& opt, const Policy& policy,
-                                     const attention_shape& s, attention_matrix<Scalar>* w) {
+/// One validated single-head call, reading q, k and v where they are (matrix_input).
+template <class DQ, class DK, class DV, class Policy>
+attention_matrix<scalar_of<DQ>> single_head(const Eigen::MatrixBase<DQ>& q,
+                                            const Eigen::MatrixBase<DK>& k,
+                                            const Eigen::MatrixBase<DV>& v,
+                                            const attention_config& config, const Policy& policy,
+                                            const attention_shape& s,
+                                            attention_matrix<scalar_of<DQ>>* w) {
+  using Scalar = scalar_of<DQ>;
+  const matrix_input<DQ> qi(q);
+  const matrix_input<DK> ki(k);
+  const matrix_input<DV> vi(v);
   attention_matrix<Scalar> out(s.len_q, s.dim_v);
   attention_workspace ws;
   const auto wv = w ? view_of(*w) : strided_view<Scalar, 2>();
-  attention_head(policy, 0, 0, s, resolve_scale(opt.scale, s.dim), opt.mask, view_of(q), view_of(k),
-                 view_of(v), view_of(out), w ? &wv : nullptr, ws, Backend{});
+  attention_head(policy, 0, 0, s, resolve_scale(config.scale, s.dim), config.mask, qi.view(),
+                 ki.view(), vi.view(), view_of(out), w ? &wv : nullptr, ws);
   return out;
 }
 
@@ -203,44 +199,71 @@ attention_matrix<Scalar> single_head(const attention_matrix<Scalar>& q,
 
 /// Single-head attention softmax(Q·Kᵀ·scale + bias + mask)·V.
 ///
-/// \param q [Lq, d] queries, one per row (query i at position opt.q_offset + i)
+/// \param q [Lq, d] queries, one per row (query i at position config.q_offset + i)
 /// \param k [Lk, d] keys (key j at position j)
 /// \param v [Lk, dv] values
-/// \param opt scale (0 = 1/sqrt(d)), query offset, mask (mask.key_lengths has 0 or 1 entry)
-/// \param policy position scheme (policy.hpp); a single-head call consults its head 0, so
-///        a per-head scheme must be narrowed first (e.g. `alibi.only_head(h)`)
+/// \param config scale (0 = 1/sqrt(d)), query offset, mask (mask.key_lengths has 0 or 1
+///        entry)
+/// \param policy position scheme (core/policy.hpp); a single-head call consults its head
+///        0, so a per-head scheme must be narrowed first (e.g. `alibi.only_head(h)`)
 /// \returns [Lq, dv] row-major, same scalar type as q
 /// \throws posenc::error on mismatched shapes, bad scale, mask or policy
-template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
+///
+/// Matrices, maps, blocks and Refs are read where they are (either storage order); only an
+/// expression without storage is evaluated first.
+template <class DQ, class DK, class DV, class Policy = no_position_policy>
 attention_matrix<detail::scalar_of<DQ>> attention(const Eigen::MatrixBase<DQ>& q,
                                                   const Eigen::MatrixBase<DK>& k,
                                                   const Eigen::MatrixBase<DV>& v,
-                                                  const attention_options& opt = {},
+                                                  const attention_config& config = {},
                                                   const Policy& policy = Policy{}) {
   using Scalar = detail::scalar_of<DQ>;
   static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
                     std::is_same_v<Scalar, detail::scalar_of<DV>>,
                 "posenc::attention: q, k and v must have the same scalar type");
-  const attention_shape s = detail::single_head_shape(q, k, v, opt, "attention");
-  detail::check_attention(s, opt, policy, "attention");
-  return detail::single_head<Backend, Scalar>(q, k, v, opt, policy, s, nullptr);
+  const attention_shape s = detail::single_head_shape(q, k, v, config, "attention");
+  detail::check_attention(s, config, policy, "attention");
+  return detail::single_head(q, k, v, config, policy, s, nullptr);
 }
 
 /// As attention(), also writing the attention weights softmax(...) into `weights`
 /// ([Lq, Lk], resized; rows of fully masked queries are zeros).
-template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
+template <class DQ, class DK, class DV, class Policy = no_position_policy>
 attention_matrix<detail::scalar_of<DQ>> attention_with_weights(
     const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
-    attention_matrix<detail::scalar_of<DQ>>& weights, const attention_options& opt = {},
+    attention_matrix<detail::scalar_of<DQ>>& weights, const attention_config& config = {},
     const Policy& policy = Policy{}) {
   using Scalar = detail::scalar_of<DQ>;
   static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
                     std::is_same_v<Scalar, detail::scalar_of<DV>>,
                 "posenc::attention_with_weights: q, k and v must have the same scalar type");
-  const attention_shape s = detail::single_head_shape(q, k, v, opt, "attention_with_weights");
-  detail::check_attention(s, opt, policy, "attention_with_weights");
+  const attention_shape s = detail::single_head_shape(q, k, v, config, "attention_with_weights");
+  detail::check_attention(s, config, policy, "attention_with_weights");
   weights.resize(s.len_q, s.len_k);
-  return detail::single_head<Backend, Scalar>(q, k, v, opt, policy, s, &weights);
+  return detail::single_head(q, k, v, config, policy, s, &weights);
+}
+
+/// The former forms with a backend tag, which the exact double reference never used.
+template <class Backend, class DQ, class DK, class DV, class Policy = no_position_policy,
+          std::enable_if_t<detail::is_backend_tag_v<Backend>, int> = 0>
+[[deprecated(
+    "posenc::attention: the reference kernel takes no backend; drop the template "
+    "argument")]] attention_matrix<detail::scalar_of<DQ>>
+attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+          const Eigen::MatrixBase<DV>& v, const attention_config& config = {},
+          const Policy& policy = Policy{}) {
+  return attention(q, k, v, config, policy);
+}
+template <class Backend, class DQ, class DK, class DV, class Policy = no_position_policy,
+          std::enable_if_t<detail::is_backend_tag_v<Backend>, int> = 0>
+[[deprecated(
+    "posenc::attention_with_weights: the reference kernel takes no backend; drop the template "
+    "argument")]] attention_matrix<detail::scalar_of<DQ>>
+attention_with_weights(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                       const Eigen::MatrixBase<DV>& v,
+                       attention_matrix<detail::scalar_of<DQ>>& weights,
+                       const attention_config& config = {}, const Policy& policy = Policy{}) {
+  return attention_with_weights(q, k, v, weights, config, policy);
 }
 
 }  // namespace posenc

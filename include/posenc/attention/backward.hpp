@@ -21,13 +21,13 @@
 #include <Eigen/Core>
 #include <type_traits>
 
+#include "../core/attention_config.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
+#include "../core/policy.hpp"
 #include "../core/view.hpp"
 #include "attention.hpp"
-#include "mask.hpp"
 #include "multi_head.hpp"
-#include "policy.hpp"
 
 namespace posenc {
 
@@ -50,7 +50,7 @@ void attention_head_backward(const Policy& policy, Index b, Index h, const atten
                              const strided_view<const T, 2>& v,
                              const strided_view<const T, 2>& dout, Eigen::Ref<dmatrix> dq,
                              Eigen::Ref<dmatrix> dk, Eigen::Ref<dmatrix> dv,
-                             typename Policy::gradient_type& grad, backend::scalar const&) {
+                             typename Policy::gradient_type& grad) {
   const Index lq = shape.len_q, lk = shape.len_k, d = shape.dim, dvn = shape.dim_v;
   auto hs = policy.head(b, h, shape);
   dmatrix kt, vd;
@@ -102,12 +102,13 @@ attention_matrix<Scalar> cast_out(const dmatrix& m) {
 
 /// Gradients of single-head attention (attention.hpp) for the upstream gradient
 /// `dout` [Lq, dv]; learned position parameters' gradients are added into `grad`
-/// (e.g. t5_bias_gradient; zero it first, `policy.zero_gradient()`).
+/// (e.g. t5_bias_gradient; zero it first, `policy.zero_gradient()`). Inputs are read where
+/// they are (matrix_input).
 /// \throws posenc::error on mismatched shapes, bad scale, mask, policy or gradient
-template <class Backend = default_backend, class DQ, class DK, class DV, class DO, class Policy>
+template <class DQ, class DK, class DV, class DO, class Policy>
 attention_gradients<detail::scalar_of<DQ>> attention_backward(
     const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
-    const Eigen::MatrixBase<DO>& dout, const attention_options& opt, const Policy& policy,
+    const Eigen::MatrixBase<DO>& dout, const attention_config& config, const Policy& policy,
     typename Policy::gradient_type& grad) {
   using Scalar = detail::scalar_of<DQ>;
   static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
@@ -115,43 +116,45 @@ attention_gradients<detail::scalar_of<DQ>> attention_backward(
                     std::is_same_v<Scalar, detail::scalar_of<DO>>,
                 "posenc::attention_backward: q, k, v and dout must have the same scalar type");
   const char* where = "attention_backward";
-  const attention_shape s = detail::single_head_shape(q, k, v, opt, where);
-  detail::check_attention(s, opt, policy, where);
+  const attention_shape s = detail::single_head_shape(q, k, v, config, where);
+  detail::check_attention(s, config, policy, where);
   detail::require(dout.rows() == s.len_q, where, "dout.rows()", dout.rows(), "must equal q.rows()");
   detail::require(dout.cols() == s.dim_v, where, "dout.cols()", dout.cols(), "must equal v.cols()");
   policy.check_gradient(grad);
-  const attention_matrix<Scalar> qe = q, ke = k, ve = v, oe = dout;
+  const matrix_input<DQ> qi(q);
+  const matrix_input<DK> ki(k);
+  const matrix_input<DV> vi(v);
+  const matrix_input<DO> oi(dout);
   dmatrix dq(s.len_q, s.dim), dk = dmatrix::Zero(s.len_k, s.dim),
                               dv = dmatrix::Zero(s.len_k, s.dim_v);
-  detail::attention_head_backward(policy, 0, 0, s, detail::resolve_scale(opt.scale, s.dim),
-                                  opt.mask, view_of(qe), view_of(ke), view_of(ve), view_of(oe), dq,
-                                  dk, dv, grad, Backend{});
+  detail::attention_head_backward(policy, 0, 0, s, detail::resolve_scale(config.scale, s.dim),
+                                  config.mask, qi.view(), ki.view(), vi.view(), oi.view(), dq, dk,
+                                  dv, grad);
   return {detail::cast_out<Scalar>(dq), detail::cast_out<Scalar>(dk), detail::cast_out<Scalar>(dv)};
 }
 
-/// As above for a policy without learned parameters (no_position, ALiBi, ...).
-template <class Backend = default_backend, class DQ, class DK, class DV, class DO,
-          class Policy = no_position>
+/// As above for a policy without learned parameters (no_position_policy, ALiBi, ...).
+template <class DQ, class DK, class DV, class DO, class Policy = no_position_policy>
 attention_gradients<detail::scalar_of<DQ>> attention_backward(const Eigen::MatrixBase<DQ>& q,
                                                               const Eigen::MatrixBase<DK>& k,
                                                               const Eigen::MatrixBase<DV>& v,
                                                               const Eigen::MatrixBase<DO>& dout,
-                                                              const attention_options& opt = {},
+                                                              const attention_config& config = {},
                                                               const Policy& policy = Policy{}) {
   static_assert(std::is_same_v<typename Policy::gradient_type, no_gradient>,
                 "posenc::attention_backward: this policy has learned parameters; pass its "
                 "gradient accumulator");
   no_gradient g;
-  return attention_backward<Backend>(q, k, v, dout, opt, policy, g);
+  return attention_backward(q, k, v, dout, config, policy, g);
 }
 
 /// Gradients of packed multi-head attention (multi_head.hpp, matrix form):
 /// q [Lq, H·d], k [Lk, H_kv·d], v [Lk, H_kv·dv], dout [Lq, H·dv]. Grouped query heads
-/// sum into their shared key/value head's gradient.
-template <class Backend = default_backend, class DQ, class DK, class DV, class DO, class Policy>
+/// sum into their shared key/value head's gradient. Inputs are read where they are.
+template <class DQ, class DK, class DV, class DO, class Policy>
 attention_gradients<detail::scalar_of<DQ>> multi_head_attention_backward(
     const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v,
-    const Eigen::MatrixBase<DO>& dout, Index heads, Index kv_heads, const attention_options& opt,
+    const Eigen::MatrixBase<DO>& dout, Index heads, Index kv_heads, const attention_config& config,
     const Policy& policy, typename Policy::gradient_type& grad) {
   using Scalar = detail::scalar_of<DQ>;
   static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
@@ -160,32 +163,68 @@ attention_gradients<detail::scalar_of<DQ>> multi_head_attention_backward(
                 "posenc::multi_head_attention_backward: inputs must have the same scalar type");
   const char* where = "multi_head_attention_backward";
   detail::check_packed_heads(q, k, v, heads, kv_heads, where);
-  const attention_matrix<Scalar> qe = q, ke = k, ve = v, oe = dout;
   const Index d = q.cols() / heads, dvn = v.cols() / kv_heads;
-  const auto qv = view_shd(qe.data(), qe.rows(), heads, d);
-  const auto kv = view_shd(ke.data(), ke.rows(), kv_heads, k.cols() / kv_heads);
-  const auto vv = view_shd(ve.data(), ve.rows(), kv_heads, dvn);
-  attention_matrix<Scalar> unused(q.rows(), heads * dvn);
-  const attention_shape s = detail::multi_head_shape(
-      qv, kv, vv, view_shd(unused.data(), unused.rows(), heads, dvn), opt, where);
-  detail::check_attention(s, opt, policy, where);
-  detail::require(dout.rows() == s.len_q, where, "dout.rows()", dout.rows(), "must equal q.rows()");
+  detail::require(dout.rows() == q.rows(), where, "dout.rows()", dout.rows(),
+                  "must equal q.rows()");
   detail::require(dout.cols() == heads * dvn, where, "dout.cols()", dout.cols(),
                   "must equal heads * dv");
+  const matrix_input<DQ> qi(q);
+  const matrix_input<DK> ki(k);
+  const matrix_input<DV> vi(v);
+  const matrix_input<DO> oi(dout);
+  const auto qv = packed_heads(qi.view(), heads);
+  const auto kv = packed_heads(ki.view(), kv_heads);
+  const auto vv = packed_heads(vi.view(), kv_heads);
+  const auto ov = packed_heads(oi.view(), heads);  // shaped as the forward's output
+  const attention_shape s = detail::multi_head_shape(qv, kv, vv, ov, config, where);
+  detail::check_attention(s, config, policy, where);
   policy.check_gradient(grad);
-  const auto ov = view_shd(oe.data(), oe.rows(), heads, dvn);
-  const double scale = detail::resolve_scale(opt.scale, s.dim);
+  const double scale = detail::resolve_scale(config.scale, s.dim);
   dmatrix dq(s.len_q, heads * d), dk = dmatrix::Zero(s.len_k, kv_heads * d),
                                   dv = dmatrix::Zero(s.len_k, kv_heads * dvn);
   const Index group = heads / kv_heads;
   for (Index h = 0; h < heads; ++h) {
     const Index kvh = h / group;
-    detail::attention_head_backward(
-        policy, 0, h, s, scale, opt.mask, detail::slice_bh(qv, 0, h), detail::slice_bh(kv, 0, kvh),
-        detail::slice_bh(vv, 0, kvh), detail::slice_bh(ov, 0, h), dq.middleCols(h * d, d),
-        dk.middleCols(kvh * d, d), dv.middleCols(kvh * dvn, dvn), grad, Backend{});
+    detail::attention_head_backward(policy, 0, h, s, scale, config.mask, detail::slice_bh(qv, 0, h),
+                                    detail::slice_bh(kv, 0, kvh), detail::slice_bh(vv, 0, kvh),
+                                    detail::slice_bh(ov, 0, h), dq.middleCols(h * d, d),
+                                    dk.middleCols(kvh * d, d), dv.middleCols(kvh * dvn, dvn), grad);
   }
   return {detail::cast_out<Scalar>(dq), detail::cast_out<Scalar>(dk), detail::cast_out<Scalar>(dv)};
+}
+
+/// The former forms with a backend tag, which the exact double reference never used.
+template <class Backend, class DQ, class DK, class DV, class DO, class Policy,
+          std::enable_if_t<detail::is_backend_tag_v<Backend>, int> = 0>
+[[deprecated(
+    "posenc::attention_backward: the reference kernel takes no backend; drop the template "
+    "argument")]] attention_gradients<detail::scalar_of<DQ>>
+attention_backward(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                   const Eigen::MatrixBase<DV>& v, const Eigen::MatrixBase<DO>& dout,
+                   const attention_config& config, const Policy& policy,
+                   typename Policy::gradient_type& grad) {
+  return attention_backward(q, k, v, dout, config, policy, grad);
+}
+template <class Backend, class DQ, class DK, class DV, class DO, class Policy = no_position_policy,
+          std::enable_if_t<detail::is_backend_tag_v<Backend>, int> = 0>
+[[deprecated(
+    "posenc::attention_backward: the reference kernel takes no backend; drop the template "
+    "argument")]] attention_gradients<detail::scalar_of<DQ>>
+attention_backward(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                   const Eigen::MatrixBase<DV>& v, const Eigen::MatrixBase<DO>& dout,
+                   const attention_config& config = {}, const Policy& policy = Policy{}) {
+  return attention_backward(q, k, v, dout, config, policy);
+}
+template <class Backend, class DQ, class DK, class DV, class DO, class Policy,
+          std::enable_if_t<detail::is_backend_tag_v<Backend>, int> = 0>
+[[deprecated(
+    "posenc::multi_head_attention_backward: the reference kernel takes no backend; drop the "
+    "template argument")]] attention_gradients<detail::scalar_of<DQ>>
+multi_head_attention_backward(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                              const Eigen::MatrixBase<DV>& v, const Eigen::MatrixBase<DO>& dout,
+                              Index heads, Index kv_heads, const attention_config& config,
+                              const Policy& policy, typename Policy::gradient_type& grad) {
+  return multi_head_attention_backward(q, k, v, dout, heads, kv_heads, config, policy, grad);
 }
 
 }  // namespace posenc

@@ -18,11 +18,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/attention_config.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
+#include "../core/policy.hpp"
 #include "../core/view.hpp"
 #include "multi_head.hpp"
-#include "policy.hpp"
 
 namespace posenc {
 
@@ -82,10 +83,10 @@ class kv_cache {
 
   /// Causal attention of the newest n = q.rows() tokens' queries q [n, H·d] over the
   /// cache (which must already hold them): query i at position size() - n + i.
-  /// `opt.q_offset` and `opt.mask.causal` are set by the cache. Returns [n, H·dv].
-  template <class Backend = default_backend, class DQ, class Policy = no_position>
+  /// `config.q_offset` and `config.mask.causal` are set by the cache. Returns [n, H·dv].
+  template <class DQ, class Policy = no_position_policy>
   attention_matrix<Scalar> attend(const Eigen::MatrixBase<DQ>& q, Index heads,
-                                  attention_options opt = {},
+                                  attention_config config = {},
                                   const Policy& policy = Policy{}) const {
     static_assert(std::is_same_v<typename DQ::Scalar, Scalar>,
                   "posenc::kv_cache::attend: q must have the cache's scalar type");
@@ -94,21 +95,20 @@ class kv_cache {
                     "must equal heads * dim");
     detail::require(q.rows() <= size_, "kv_cache::attend", "q.rows()", q.rows(),
                     "must not exceed the cached tokens (append the new keys first)");
-    opt.q_offset = size_ - q.rows();
-    opt.mask.causal = true;
-    const attention_matrix<Scalar> qe = q;
+    config.q_offset = size_ - q.rows();
+    config.mask.causal = true;
+    const matrix_input<DQ> qi(q);
     attention_matrix<Scalar> out(q.rows(), heads * dim_v_);
-    multi_head_attention<Backend>(view_shd(qe.data(), qe.rows(), heads, dim_), keys(), values(),
-                                  view_shd(out.data(), out.rows(), heads, dim_v_), opt, policy);
+    multi_head_attention(packed_heads(qi.view(), heads), keys(), values(),
+                         view_shd(out.data(), out.rows(), heads, dim_v_), config, policy);
     return out;
   }
 
   /// Appends k, v for n new tokens, then attends their queries q [n, H·d] (see attend).
-  template <class Backend = default_backend, class DQ, class DK, class DV,
-            class Policy = no_position>
+  template <class DQ, class DK, class DV, class Policy = no_position_policy>
   attention_matrix<Scalar> step(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
                                 const Eigen::MatrixBase<DV>& v, Index heads,
-                                const attention_options& opt = {},
+                                const attention_config& config = {},
                                 const Policy& policy = Policy{}) {
     detail::require(q.rows() == k.rows(), "kv_cache::step", "q.rows()", q.rows(),
                     "must equal k.rows()");
@@ -117,7 +117,7 @@ class kv_cache {
     detail::require(q.cols() == heads * dim_, "kv_cache::step", "q.cols()", q.cols(),
                     "must equal heads * dim");
     append(k, v);
-    return attend<Backend>(q, heads, opt, policy);
+    return attend(q, heads, config, policy);
   }
 
  private:

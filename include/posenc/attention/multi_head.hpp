@@ -12,17 +12,17 @@
 /// 1 < H_kv < H grouped-query (Ainslie et al. 2023, GQA), H_kv = 1 multi-query (Shazeer
 /// 2019). H % H_kv != 0 is a posenc::error. Every (b, h) runs the reference kernel of
 /// attention.hpp with the policy's head (b, h); `mask.key_lengths[b]` pads batch item b.
-/// `out` and `weights` must not overlap the inputs.
+/// `out` and `weights` must not share memory with the inputs (a posenc::error).
 
 #include <Eigen/Core>
 #include <type_traits>
 
+#include "../core/attention_config.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
+#include "../core/policy.hpp"
 #include "../core/view.hpp"
 #include "attention.hpp"
-#include "mask.hpp"
-#include "policy.hpp"
 
 namespace posenc {
 
@@ -56,7 +56,7 @@ strided_view<T, 2> slice_weights(const strided_view<T, 4>& w, Index b, Index h) 
 template <class TQ, class TK, class TV, class TO>
 attention_shape multi_head_shape(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
                                  const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
-                                 const attention_options& opt, const char* where) {
+                                 const attention_config& config, const char* where) {
   attention_shape s;
   s.batch = q.extent(0);
   s.len_q = q.extent(1);
@@ -65,7 +65,7 @@ attention_shape multi_head_shape(const strided_view<TQ, 4>& q, const strided_vie
   s.len_k = k.extent(1);
   s.kv_heads = k.extent(2);
   s.dim_v = v.extent(3);
-  s.q_offset = opt.q_offset;
+  s.q_offset = config.q_offset;
   require(s.heads >= 1, where, "heads", s.heads, "must be >= 1");
   require(s.kv_heads >= 1, where, "kv_heads", s.kv_heads, "must be >= 1");
   require(s.heads % s.kv_heads == 0, where, "kv_heads", s.kv_heads,
@@ -95,64 +95,108 @@ void check_packed_heads(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<
   require(k.rows() == v.rows(), where, "v.rows()", v.rows(), "must equal k.rows()");
 }
 
+/// A call on packed-head matrices q [Lq, H·d], k [Lk, H_kv·d], v [Lk, H_kv·dv]: validates
+/// them, reads them where they are (matrix_input), and returns out [Lq, H·dv] after
+/// f(q, k, v, out) on their [1, L, heads, dim] views.
+template <class DQ, class DK, class DV, class F>
+attention_matrix<scalar_of<DQ>> packed_heads_call(const Eigen::MatrixBase<DQ>& q,
+                                                  const Eigen::MatrixBase<DK>& k,
+                                                  const Eigen::MatrixBase<DV>& v, Index heads,
+                                                  Index kv_heads, const char* where, F&& f) {
+  static_assert(
+      std::is_same_v<scalar_of<DQ>, scalar_of<DK>> && std::is_same_v<scalar_of<DQ>, scalar_of<DV>>,
+      "posenc: q, k and v must have the same scalar type");
+  check_packed_heads(q, k, v, heads, kv_heads, where);
+  const matrix_input<DQ> qi(q);
+  const matrix_input<DK> ki(k);
+  const matrix_input<DV> vi(v);
+  attention_matrix<scalar_of<DQ>> out(q.rows(), heads * (v.cols() / kv_heads));
+  f(packed_heads(qi.view(), heads), packed_heads(ki.view(), kv_heads),
+    packed_heads(vi.view(), kv_heads), packed_heads(view_of(out), heads));
+  return out;
+}
+
 }  // namespace detail
 
 /// Multi-head batched attention over strided views (see the file comment for shapes).
 ///
 /// \param weights null, or a [B, H, Lq, Lk] view that receives the attention weights
-/// \throws posenc::error on mismatched extents, H % H_kv != 0, bad scale, mask or policy
-template <class Backend = default_backend, class TQ, class TK, class TV, class TO,
-          class Policy = no_position>
+/// \throws posenc::error on mismatched extents, H % H_kv != 0, an output that shares
+///         memory with an input, bad scale, mask or policy
+template <class TQ, class TK, class TV, class TO, class Policy = no_position_policy>
 void multi_head_attention(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
                           const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
-                          const attention_options& opt = {}, const Policy& policy = Policy{},
+                          const attention_config& config = {}, const Policy& policy = Policy{},
                           const detail::identity_t<strided_view<TO, 4>>* weights = nullptr) {
   static_assert(!std::is_const_v<TO>, "posenc::multi_head_attention: out must be writable");
   const char* where = "multi_head_attention";
-  const attention_shape s = detail::multi_head_shape(q, k, v, out, opt, where);
-  detail::check_attention(s, opt, policy, where);
+  const attention_shape s = detail::multi_head_shape(q, k, v, out, config, where);
+  detail::check_attention(s, config, policy, where);
   if (weights)
     detail::require(weights->extent(0) == s.batch && weights->extent(1) == s.heads &&
                         weights->extent(2) == s.len_q && weights->extent(3) == s.len_k,
                     where, "weights extents", "mismatch", "must be [B, H, Lq, Lk]");
-  const double scale = detail::resolve_scale(opt.scale, s.dim);
+  detail::check_no_overlap(where, "out", out, "q", q);
+  detail::check_no_overlap(where, "out", out, "k", k);
+  detail::check_no_overlap(where, "out", out, "v", v);
+  if (weights) {
+    detail::check_no_overlap(where, "weights", *weights, "q", q);
+    detail::check_no_overlap(where, "weights", *weights, "k", k);
+    detail::check_no_overlap(where, "weights", *weights, "v", v);
+    detail::check_no_overlap(where, "weights", *weights, "out", out);
+  }
+  const double scale = detail::resolve_scale(config.scale, s.dim);
   const Index group = s.heads / s.kv_heads;
   detail::attention_workspace ws;
   for (Index b = 0; b < s.batch; ++b)
     for (Index h = 0; h < s.heads; ++h) {
       const Index kvh = h / group;
       const auto w = weights ? detail::slice_weights(*weights, b, h) : strided_view<TO, 2>();
-      detail::attention_head(policy, b, h, s, scale, opt.mask, detail::slice_bh(q, b, h),
+      detail::attention_head(policy, b, h, s, scale, config.mask, detail::slice_bh(q, b, h),
                              detail::slice_bh(k, b, kvh), detail::slice_bh(v, b, kvh),
-                             detail::slice_bh(out, b, h), weights ? &w : nullptr, ws, Backend{});
+                             detail::slice_bh(out, b, h), weights ? &w : nullptr, ws);
     }
 }
 
 /// Multi-head attention for one sequence with the heads packed along the columns:
-/// q [Lq, H·d], k [Lk, H_kv·d], v [Lk, H_kv·dv] (row-major, head-major columns, as a
-/// fused projection writes them). Returns [Lq, H·dv].
-template <class Backend = default_backend, class DQ, class DK, class DV, class Policy = no_position>
+/// q [Lq, H·d], k [Lk, H_kv·d], v [Lk, H_kv·dv] (head-major columns, as a fused projection
+/// writes them). Returns [Lq, H·dv]. Matrices, maps, blocks and Refs are read where they
+/// are (either storage order); only an expression without storage is evaluated first.
+template <class DQ, class DK, class DV, class Policy = no_position_policy>
 attention_matrix<detail::scalar_of<DQ>> multi_head_attention(const Eigen::MatrixBase<DQ>& q,
                                                              const Eigen::MatrixBase<DK>& k,
                                                              const Eigen::MatrixBase<DV>& v,
                                                              Index heads, Index kv_heads,
-                                                             const attention_options& opt = {},
+                                                             const attention_config& config = {},
                                                              const Policy& policy = Policy{}) {
-  using Scalar = detail::scalar_of<DQ>;
-  static_assert(std::is_same_v<Scalar, detail::scalar_of<DK>> &&
-                    std::is_same_v<Scalar, detail::scalar_of<DV>>,
-                "posenc::multi_head_attention: q, k and v must have the same scalar type");
-  const char* where = "multi_head_attention";
-  detail::check_packed_heads(q, k, v, heads, kv_heads, where);
-  const attention_matrix<Scalar> qe = q, ke = k, ve = v;
-  const Index d = q.cols() / heads, dv = v.cols() / kv_heads;
-  attention_matrix<Scalar> out(q.rows(), heads * dv);
-  auto qv = view_shd(qe.data(), qe.rows(), heads, d);
-  auto kv = view_shd(ke.data(), ke.rows(), kv_heads, k.cols() / kv_heads);
-  auto vv = view_shd(ve.data(), ve.rows(), kv_heads, dv);
-  auto ov = view_shd(out.data(), out.rows(), heads, dv);
-  multi_head_attention<Backend>(qv, kv, vv, ov, opt, policy);
-  return out;
+  return detail::packed_heads_call(
+      q, k, v, heads, kv_heads, "multi_head_attention",
+      [&](const auto& qv, const auto& kv, const auto& vv, const auto& ov) {
+        multi_head_attention(qv, kv, vv, ov, config, policy);
+      });
+}
+
+/// The former forms with a backend tag, which the exact double reference never used.
+template <class Backend, class TQ, class TK, class TV, class TO, class Policy = no_position_policy,
+          std::enable_if_t<detail::is_backend_tag_v<Backend>, int> = 0>
+[[deprecated(
+    "posenc::multi_head_attention: the reference kernel takes no backend; drop the template "
+    "argument")]] void
+multi_head_attention(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
+                     const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
+                     const attention_config& config = {}, const Policy& policy = Policy{},
+                     const detail::identity_t<strided_view<TO, 4>>* weights = nullptr) {
+  multi_head_attention(q, k, v, out, config, policy, weights);
+}
+template <class Backend, class DQ, class DK, class DV, class Policy = no_position_policy,
+          std::enable_if_t<detail::is_backend_tag_v<Backend>, int> = 0>
+[[deprecated(
+    "posenc::multi_head_attention: the reference kernel takes no backend; drop the template "
+    "argument")]] attention_matrix<detail::scalar_of<DQ>>
+multi_head_attention(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
+                     const Eigen::MatrixBase<DV>& v, Index heads, Index kv_heads,
+                     const attention_config& config = {}, const Policy& policy = Policy{}) {
+  return multi_head_attention(q, k, v, heads, kv_heads, config, policy);
 }
 
 }  // namespace posenc

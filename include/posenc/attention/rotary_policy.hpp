@@ -19,8 +19,8 @@
 #include <utility>
 
 #include "../core/error.hpp"
+#include "../core/policy.hpp"
 #include "../encoding/rotary/rotary.hpp"
-#include "policy.hpp"
 
 namespace posenc {
 

@@ -17,16 +17,20 @@
 /// is unchecked (an assert in debug builds).
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "error.hpp"
+#include "types.hpp"
 
 namespace posenc {
-
-using Index = Eigen::Index;
 
 template <class T, int Rank>
 class strided_view {
@@ -153,6 +157,50 @@ auto view_of(const Eigen::DenseBase<Derived>& m) {
                             {row_major ? outer : inner, row_major ? inner : outer});
 }
 
+/// A writable [rows, cols] view of a caller's matrix, map, block or Ref (row- or
+/// column-major; the view keeps its real strides), taken through the `const
+/// MatrixBase&` that Eigen documents for output arguments (so temporaries such as blocks
+/// are accepted): the one place posenc casts that const away.
+template <class Derived>
+strided_view<typename Derived::Scalar, 2> writable_view(const Eigen::MatrixBase<Derived>& m) {
+  static_assert(
+      bool(Derived::Flags & Eigen::DirectAccessBit) && bool(Derived::Flags & Eigen::LvalueBit),
+      "posenc: an output must be a writable Matrix, Map, Block or Ref with direct "
+      "access");
+  return view_of(const_cast<Eigen::MatrixBase<Derived>&>(m).derived());
+}
+
+/// A read-only [rows, cols] view of any Eigen input without copying it: a matrix, map,
+/// block or Ref is viewed where it is (either storage order, its real strides); only an
+/// expression without storage (a product, a sum) is evaluated, once, into a row-major
+/// temporary this object owns. Not copyable: build it where it is used,
+/// `const auto in = posenc::matrix_input(q);`, then read `in.view()`.
+template <class Derived>
+class matrix_input {
+ public:
+  using scalar_type = typename Derived::Scalar;
+  using view_type = strided_view<const scalar_type, 2>;
+  /// True when the input is read in place (no copy).
+  static constexpr bool in_place = bool(Derived::Flags & Eigen::DirectAccessBit);
+
+  explicit matrix_input(const Eigen::MatrixBase<Derived>& m) {
+    if constexpr (in_place) {
+      view_ = view_of(m.derived());
+    } else {
+      copy_ = m;
+      view_ = view_of(static_cast<const row_matrix<scalar_type>&>(copy_));
+    }
+  }
+  matrix_input(const matrix_input&) = delete;
+  matrix_input& operator=(const matrix_input&) = delete;
+
+  const view_type& view() const noexcept { return view_; }
+
+ private:
+  row_matrix<scalar_type> copy_;  // only for expressions without storage
+  view_type view_;
+};
+
 /// Splits a [seq, heads*dim] view into [seq, heads, dim] (the usual fused-QKV slice).
 template <class T>
 strided_view<T, 3> split_heads(const strided_view<T, 2>& v, Index heads) {
@@ -182,5 +230,181 @@ template <class T>
 heads_view<T> view_shd(T* data, Index seq, Index heads, Index dim) {
   return view_bshd(data, 1, seq, heads, dim);
 }
+
+/// One head [seq, dim] as a rank-4 view [1, seq, 1, dim] (same memory, same strides).
+template <class T>
+heads_view<T> as_heads(const strided_view<T, 2>& v) {
+  return heads_view<T>(v.data(), {1, v.extent(0), 1, v.extent(1)},
+                       {0, v.stride(0), 0, v.stride(1)});
+}
+/// [seq, head, dim] as a rank-4 view [1, seq, head, dim].
+template <class T>
+heads_view<T> as_heads(const strided_view<T, 3>& v) {
+  return heads_view<T>(v.data(), {1, v.extent(0), v.extent(1), v.extent(2)},
+                       {0, v.stride(0), v.stride(1), v.stride(2)});
+}
+/// A [seq, heads*dim] view with the heads packed along the columns (a fused projection's
+/// output) as [1, seq, heads, dim]. Throws posenc::error unless heads divides the columns.
+template <class T>
+heads_view<T> packed_heads(const strided_view<T, 2>& v, Index heads) {
+  return as_heads(split_heads(v, heads));
+}
+
+namespace detail {
+
+/// The memory of a view as runs: `count` elements `stride` bytes apart from byte `start`,
+/// stride > 0 (a run with stride = element size is one contiguous block). Axes of extent 1
+/// are dropped and axes that continue each other (stride[a] = extent[a+1] * stride[a+1])
+/// merged, so a contiguous buffer is one run and a column block of a row-major matrix one
+/// run per row.
+struct memory_run {
+  std::uintptr_t start = 0;
+  Index count = 1;
+  Index stride = 1;  ///< bytes
+  std::uintptr_t end(Index size) const noexcept {
+    return start + static_cast<std::uintptr_t>((count - 1) * stride + size);
+  }
+};
+
+/// At most this many runs per view are compared exactly (views_overlap).
+inline constexpr Index overlap_runs_limit = Index(1) << 22;
+
+/// The runs of a non-empty view into `runs`; false (and nothing added) when there would be
+/// more than overlap_runs_limit.
+template <class T, int R>
+bool memory_runs(const strided_view<T, R>& v, std::vector<memory_run>& runs) {
+  constexpr Index size = static_cast<Index>(sizeof(T));
+  Index ext[R], str[R];
+  int n = 0;
+  for (int a = 0; a < R; ++a)
+    if (v.extent(a) > 1) {
+      ext[n] = v.extent(a);
+      str[n] = v.stride(a) * size;
+      ++n;
+    }
+  for (int a = n - 2; a >= 0; --a)  // merge axis a into a + 1 where it continues it
+    if (str[a] == ext[a + 1] * str[a + 1]) {
+      ext[a + 1] *= ext[a];
+      for (int b = a; b < n - 1; ++b) ext[b] = ext[b + 1], str[b] = str[b + 1];
+      --n;
+    }
+  Index count = n > 0 ? ext[n - 1] : 1, stride = n > 0 ? str[n - 1] : size;
+  Index shift = 0;  // a backward inner axis starts at its last element
+  if (stride < 0) {
+    shift = (count - 1) * stride;
+    stride = -stride;
+  } else if (stride == 0) {  // a broadcast axis: one element
+    count = 1;
+    stride = size;
+  }
+  Index outer = 1;
+  for (int a = 0; a + 1 < n; ++a) {
+    if (outer > overlap_runs_limit / ext[a]) return false;
+    outer *= ext[a];
+  }
+  runs.reserve(runs.size() + static_cast<std::size_t>(outer));
+  Index idx[R] = {};
+  const auto base = reinterpret_cast<std::uintptr_t>(v.data());
+  for (Index r = 0; r < outer; ++r) {
+    Index off = shift;
+    for (int a = 0; a + 1 < n; ++a) off += idx[a] * str[a];
+    runs.push_back({base + static_cast<std::uintptr_t>(off), count, stride});
+    for (int a = n - 2; a >= 0; --a) {  // the next outer index, the last axis fastest
+      if (++idx[a] < ext[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return true;
+}
+
+/// The bytes [first, end) a non-empty view can touch.
+template <class T, int R>
+std::pair<std::uintptr_t, std::uintptr_t> byte_range(const strided_view<T, R>& v) {
+  Index low = 0, high = 0;
+  for (int a = 0; a < R; ++a) {
+    const Index step = v.stride(a) * (v.extent(a) - 1) * static_cast<Index>(sizeof(T));
+    (step < 0 ? low : high) += step;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(v.data());
+  return {base + static_cast<std::uintptr_t>(low),
+          base + static_cast<std::uintptr_t>(high) + sizeof(T)};
+}
+
+/// True when run a (elements of size_a bytes) and run b (size_b) share a byte.
+inline bool runs_meet(const memory_run& a, Index size_a, const memory_run& b, Index size_b) {
+  const std::uintptr_t end_a = a.end(size_a), end_b = b.end(size_b);
+  if (end_a <= b.start || end_b <= a.start) return false;
+  const bool dense_a = a.count == 1 || a.stride == size_a;
+  const bool dense_b = b.count == 1 || b.stride == size_b;
+  if (dense_a && dense_b) return true;
+  if (dense_a || dense_b) {  // a block against a strided run: does an element fall in it?
+    const memory_run& s = dense_a ? b : a;
+    const auto ss = static_cast<std::uintptr_t>(dense_a ? size_b : size_a);
+    const std::uintptr_t lo = dense_a ? a.start : b.start, hi = dense_a ? end_a : end_b;
+    const auto step = static_cast<std::uintptr_t>(s.stride);
+    // the first element of s that ends after lo
+    const std::uintptr_t k = lo >= s.start + ss ? (lo - s.start - ss) / step + 1 : 0;
+    return k < static_cast<std::uintptr_t>(s.count) && s.start + k * step < hi;
+  }
+  if (a.stride == b.stride && size_a == size_b) {  // one grid step: offset under an element?
+    const std::uintptr_t d = a.start > b.start ? a.start - b.start : b.start - a.start;
+    const std::uintptr_t m = d % static_cast<std::uintptr_t>(a.stride);
+    return m < static_cast<std::uintptr_t>(size_a) ||
+           m > static_cast<std::uintptr_t>(a.stride - size_a);
+  }
+  return true;  // differently strided runs whose ranges meet: taken to share a byte
+}
+
+}  // namespace detail
+
+/// True when views a and b share memory. Exact when their innermost runs are contiguous or
+/// strided alike (every layout of docs/layouts.md); two differently strided runs whose
+/// address ranges meet, and views of more than 2^22 runs whose ranges meet, count as
+/// sharing. O(1) for views of different buffers.
+template <class A, int RA, class B, int RB>
+bool views_overlap(const strided_view<A, RA>& a, const strided_view<B, RB>& b) {
+  if (a.empty() || b.empty()) return false;
+  const auto [lo_a, hi_a] = detail::byte_range(a);
+  const auto [lo_b, hi_b] = detail::byte_range(b);
+  if (hi_a <= lo_b || hi_b <= lo_a) return false;
+  std::vector<detail::memory_run> ra, rb;
+  if (!detail::memory_runs(a, ra) || !detail::memory_runs(b, rb)) return true;
+  const Index size_a = static_cast<Index>(sizeof(A)), size_b = static_cast<Index>(sizeof(B));
+  const auto by_start = [](const detail::memory_run& x, const detail::memory_run& y) {
+    return x.start < y.start;
+  };
+  std::sort(ra.begin(), ra.end(), by_start);
+  std::sort(rb.begin(), rb.end(), by_start);
+  // each run of a against the runs of b that start before it ends; b's runs that ended
+  // before it starts are passed for good (a's starts only grow)
+  std::size_t first = 0;
+  for (const detail::memory_run& x : ra) {
+    while (first < rb.size() && rb[first].end(size_b) <= x.start) ++first;
+    for (std::size_t j = first; j < rb.size() && rb[j].start < x.end(size_a); ++j)
+      if (detail::runs_meet(x, size_a, rb[j], size_b)) return true;
+  }
+  return false;
+}
+
+namespace detail {
+/// Throws posenc::error from `where` when `out` shares memory with `in`, unless
+/// `in_place_ok` and `out` is `in` itself (same data, extents and strides).
+template <class A, int RA, class B, int RB>
+void check_no_overlap(const char* where, const char* out_name, const strided_view<A, RA>& out,
+                      const char* in_name, const strided_view<B, RB>& in,
+                      bool in_place_ok = false) {
+  if constexpr (RA == RB && std::is_same_v<std::remove_cv_t<A>, std::remove_cv_t<B>>) {
+    if (in_place_ok &&
+        static_cast<const void*>(out.data()) == static_cast<const void*>(in.data()) &&
+        out.strides() == in.strides() && out.extents() == in.extents())
+      return;
+  }
+  if (views_overlap(out, in))
+    detail::fail(where, out_name, std::string("shares memory with ") + in_name,
+                 in_place_ok ? "an output must be its input itself (in place, same strides) or "
+                               "share no element with any input"
+                             : "an output must share no element with the inputs");
+}
+}  // namespace detail
 
 }  // namespace posenc

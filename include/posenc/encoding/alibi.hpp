@@ -18,27 +18,24 @@
 /// heads followed by every other slope (indices 0, 2, 4, ...) of the 2c-head sequence, the
 /// first n - c of them. llama.cpp / ggml parameterise the same with max_bias (8 gives the
 /// paper's slopes): m0 = 2^(-max_bias/c), m1 = 2^(-max_bias/(2c)),
-/// m_h = m0^(h+1) for h < c, else m1^(2(h-c)+1). posenc evaluates both in double.
+/// m_h = m0^(h+1) for h < c, else m1^(2(h-c)+1). posenc evaluates both in double
+/// (math/alibi.hpp).
+///
+/// As a policy its bias form is position_bias::linear_distance (core/policy.hpp), so the
+/// tiled kernels generate it inside their tiles; linear_distance_head is the head of any
+/// policy of that form (a user's with learned slopes, say).
 
 #include <Eigen/Core>
 #include <cmath>
 #include <utility>
 #include <vector>
 
-#include "../attention/policy.hpp"
 #include "../core/error.hpp"
-#include "../core/view.hpp"
+#include "../core/policy.hpp"
+#include "../core/types.hpp"
+#include "../math/alibi.hpp"
 
 namespace posenc {
-
-namespace detail {
-/// Largest power of two <= n (n >= 1).
-inline Index alibi_pow2_floor(Index n) noexcept {
-  Index c = 1;
-  while (c * 2 <= n) c *= 2;
-  return c;
-}
-}  // namespace detail
 
 /// ALiBi slopes with llama.cpp's max_bias parameterisation, for `heads` >= 1 heads and
 /// max_bias > 0 (8 reproduces the paper). Returns `heads` slopes, head 0 first.
@@ -46,15 +43,9 @@ inline std::vector<double> alibi_slopes_max_bias(Index heads, double max_bias) {
   detail::require(heads >= 1, "alibi_slopes", "heads", heads, "must be >= 1");
   detail::require(std::isfinite(max_bias) && max_bias > 0, "alibi_slopes", "max_bias", max_bias,
                   "must be finite and > 0");
-  const Index c = detail::alibi_pow2_floor(heads);
   std::vector<double> m(static_cast<std::size_t>(heads));
-  for (Index h = 0; h < heads; ++h) {
-    // m0^(h+1) and m1^(2(h-c)+1), with the power folded into one exponent.
-    const double e =
-        h < c ? max_bias * static_cast<double>(h + 1) / static_cast<double>(c)
-              : max_bias * static_cast<double>(2 * (h - c) + 1) / static_cast<double>(2 * c);
-    m[static_cast<std::size_t>(h)] = std::exp2(-e);
-  }
+  for (Index h = 0; h < heads; ++h)
+    m[static_cast<std::size_t>(h)] = math::alibi_slope(h, heads, max_bias);
   return m;
 }
 
@@ -65,11 +56,23 @@ inline std::vector<double> alibi_slopes(Index heads) { return alibi_slopes_max_b
 /// Causal (-m·(i-j)) or symmetric (-m·|i-j|) ALiBi.
 enum class alibi_form { causal, symmetric };
 
+/// The head of a policy whose bias is linear in the distance (position_bias::
+/// linear_distance): bias(pos, j) = -slope·(pos - j), or -slope·|pos - j| when symmetric.
+/// The tiled kernels read `slope` and `symmetric`; the reference kernel calls bias().
+struct linear_distance_head : head_base {
+  double slope = 0.0;
+  bool symmetric = false;
+  double bias(Index pos, Index j) const noexcept {
+    return math::alibi_bias(slope, pos - j, symmetric);
+  }
+};
+
 /// ALiBi as an attention position policy: bias_h(pos, j) = -m_h·(pos - j) or -m_h·|pos - j|.
 /// No learned parameters (gradient_type is no_gradient).
 class alibi_policy : public policy_base {
  public:
   static constexpr bool has_bias = true;
+  static constexpr position_bias bias_form = position_bias::linear_distance;
 
   /// Paper slopes for `heads` heads.
   explicit alibi_policy(Index heads, alibi_form form = alibi_form::causal)
@@ -107,17 +110,10 @@ class alibi_policy : public policy_base {
                     "must equal the number of ALiBi slopes");
   }
 
-  struct head_type : head_base {
-    double m = 0.0;
-    bool symmetric = false;
-    double bias(Index pos, Index j) const noexcept {
-      const double rel = static_cast<double>(pos - j);
-      return -m * (symmetric ? std::abs(rel) : rel);
-    }
-  };
+  using head_type = linear_distance_head;
   head_type head(Index /*batch*/, Index h, const attention_shape& /*shape*/) const {
     head_type t;
-    t.m = slopes_[static_cast<std::size_t>(h)];
+    t.slope = slopes_[static_cast<std::size_t>(h)];
     t.symmetric = form_ == alibi_form::symmetric;
     return t;
   }

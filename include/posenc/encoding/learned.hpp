@@ -39,7 +39,7 @@ class learned_table {
  public:
   using scalar_type = Scalar;  ///< element type of the table
   /// A [rows, d] row-major matrix.
-  using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using matrix = row_matrix<Scalar>;
 
   /// The usual initial standard deviation (GPT-2, BERT: 0.02).
   static constexpr double default_stddev = 0.02;
@@ -113,17 +113,26 @@ class learned_table {
   /// Sets dL/dW to zero.
   void zero_grad() noexcept { grad_.setZero(); }
 
-  /// Rows W(positions[r], :): [n, d].
-  matrix lookup(const std::vector<Index>& positions) const {
-    check_positions("learned_table::lookup", positions);
+  /// Rows W(positions[r], :): [n, d] (the verb of every encoding: sinusoidal::at too).
+  matrix at(const std::vector<Index>& positions) const {
+    check_positions("learned_table::at", positions);
     matrix out(static_cast<Index>(positions.size()), dim());
     for (Index r = 0; r < out.rows(); ++r) out.row(r) = weights_.row(pos_at(positions, r));
     return out;
   }
   /// Rows W(positions(r), :) for an integer Eigen vector of positions: [n, d].
   template <class Derived>
-  matrix lookup(const Eigen::DenseBase<Derived>& positions) const {
-    return lookup(to_positions(positions));
+  matrix at(const Eigen::DenseBase<Derived>& positions) const {
+    return at(to_positions(positions));
+  }
+  /// The former name of at().
+  [[deprecated("use learned_table::at")]] matrix lookup(const std::vector<Index>& positions) const {
+    return at(positions);
+  }
+  template <class Derived>
+  [[deprecated("use learned_table::at")]] matrix lookup(
+      const Eigen::DenseBase<Derived>& positions) const {
+    return at(positions);
   }
 
   /// Rows offset .. offset + len - 1 of W: [len, d].
@@ -138,7 +147,7 @@ class learned_table {
   template <class Derived>
   void add_to(const Eigen::MatrixBase<Derived>& embeddings, Index offset = 0,
               embedding_scale scale = embedding_scale::none) const {
-    add_to(writable_view(embeddings, "learned_table::add_to"), offset, scale);
+    add_to(checked_view(embeddings, "learned_table::add_to"), offset, scale);
   }
   /// E(r, :) = s * E(r, :) + W(offset + r, :) for a caller-owned [seq, d] buffer.
   void add_to(const seq_view<Scalar>& embeddings, Index offset = 0,
@@ -164,7 +173,7 @@ class learned_table {
   template <class Derived>
   void add_at(const Eigen::MatrixBase<Derived>& embeddings, const std::vector<Index>& positions,
               embedding_scale scale = embedding_scale::none) const {
-    const auto v = writable_view(embeddings, "learned_table::add_at");
+    const auto v = checked_view(embeddings, "learned_table::add_at");
     check_rows("learned_table::add_at", v.extent(0), positions);
     check_positions("learned_table::add_at", positions);
     const Scalar s = scale_value(scale);
@@ -312,12 +321,14 @@ class learned_table {
 
   template <class Derived>
   static std::vector<Index> to_positions(const Eigen::DenseBase<Derived>& p) {
-    return detail::positions_from(p, "learned_table::lookup");
+    return detail::positions_from(p, "learned_table::at");
   }
 
   template <class Derived>
-  seq_view<Scalar> writable_view(const Eigen::MatrixBase<Derived>& m, const char* where) const {
-    const auto v = detail::writable_seq_view<Scalar>(m);
+  seq_view<Scalar> checked_view(const Eigen::MatrixBase<Derived>& m, const char* where) const {
+    static_assert(std::is_same_v<typename Derived::Scalar, Scalar>,
+                  "posenc::learned_table: the matrix's scalar type must be the table's");
+    const auto v = writable_view(m);
     check_width(where, v.extent(1));
     return v;
   }

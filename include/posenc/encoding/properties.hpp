@@ -18,7 +18,7 @@
 namespace posenc {
 
 /// A row-major double matrix, the result type of the property helpers.
-using property_matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using property_matrix = row_matrix<double>;
 
 /// The block-diagonal rotation T_k with PE(p + k) = T_k PE(p) (column vectors) for every
 /// position p: for a table with one position per row, table(p + k, :) = table(p, :) T_k^T.

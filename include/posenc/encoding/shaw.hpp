@@ -30,9 +30,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 
-#include "../attention/policy.hpp"
 #include "../core/error.hpp"
-#include "../core/view.hpp"
+#include "../core/policy.hpp"
+#include "../core/types.hpp"
+#include "../math/clip.hpp"
 
 namespace posenc {
 
@@ -65,7 +66,7 @@ struct shaw_clip {
   Index rows() const noexcept { return left + right + 1; }
 
   /// Table row of relative distance `rel` = j - i: clip(rel, -left, right) + left.
-  Index row(Index rel) const noexcept { return std::min(right, std::max(-left, rel)) + left; }
+  Index row(Index rel) const noexcept { return math::clip_row(rel, left, right); }
 };
 
 /// Shaw et al.'s learned relative key/value tables, and the attention policy using them.
@@ -74,20 +75,21 @@ struct shaw_clip {
 /// in double. Construct, fill the tables (`key_table(t)`, `value_table(t)`, or the stacked
 /// `key_tables()` / `value_tables()`), then pass the object as the kernel's policy:
 ///
-///     posenc::shaw_relative<float> shaw(posenc::shaw_clip::symmetric(16), d, dv);
+///     posenc::shaw_policy<float> shaw(posenc::shaw_clip::symmetric(16), d, dv);
 ///     shaw.key_tables() = ...;  shaw.value_tables() = ...;
-///     auto out = posenc::attention(q, k, v, shaw, options);
+///     auto out = posenc::attention(q, k, v, config, shaw);
 ///
 /// Gradients (attention/backward.hpp) accumulate into `gradient_type` (double tables of
 /// the same shapes as the stacked tables); `sgd_step` applies one.
 template <class Scalar = float>
-class shaw_relative : public policy_base {
+class shaw_policy : public policy_base {
  public:
   /// Stacked tables: [tables * rows, dim] (keys) and [tables * rows, dim_v] (values).
-  using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using matrix = row_matrix<Scalar>;
 
   static constexpr bool has_score_term = true;
   static constexpr bool has_value_term = true;
+  static constexpr position_bias bias_form = position_bias::clipped_embeddings;
 
   /// dL/da^K and dL/da^V, shaped like key_tables() and value_tables(), in double.
   struct gradient_type {
@@ -98,11 +100,11 @@ class shaw_relative : public policy_base {
   /// Zero tables for a window `clip`, head dims `dim` (queries/keys) and `dim_v`
   /// (values), and `tables` sets: 1 = shared by every head (Shaw et al.), H = one per
   /// query head. Throws posenc::error for dim < 1, dim_v < 1 or tables < 1.
-  shaw_relative(shaw_clip clip, Index dim, Index dim_v, Index tables = 1)
+  shaw_policy(shaw_clip clip, Index dim, Index dim_v, Index tables = 1)
       : clip_(validated(clip)), dim_(dim), dim_v_(dim_v), tables_(tables) {
-    detail::require(dim >= 1, "shaw_relative", "dim", dim, "must be >= 1");
-    detail::require(dim_v >= 1, "shaw_relative", "dim_v", dim_v, "must be >= 1");
-    detail::require(tables >= 1, "shaw_relative", "tables", tables,
+    detail::require(dim >= 1, "shaw_policy", "dim", dim, "must be >= 1");
+    detail::require(dim_v >= 1, "shaw_policy", "dim_v", dim_v, "must be >= 1");
+    detail::require(tables >= 1, "shaw_policy", "tables", tables,
                     "must be >= 1 (1 = shared by all heads, H = one per head)");
     key_ = matrix::Zero(tables * clip_.rows(), dim);
     value_ = matrix::Zero(tables * clip_.rows(), dim_v);
@@ -140,11 +142,11 @@ class shaw_relative : public policy_base {
 
   /// Validates a gradient's shapes (the backward entry points call this before any work).
   void check_gradient(const gradient_type& g) const {
-    detail::require(g.key.rows() == key_.rows() && g.key.cols() == key_.cols(), "shaw_relative",
+    detail::require(g.key.rows() == key_.rows() && g.key.cols() == key_.cols(), "shaw_policy",
                     "gradient.key.rows()", g.key.rows(),
                     "gradient.key must be shaped like key_tables() (use zero_gradient())");
     detail::require(g.value.rows() == value_.rows() && g.value.cols() == value_.cols(),
-                    "shaw_relative", "gradient.value.rows()", g.value.rows(),
+                    "shaw_policy", "gradient.value.rows()", g.value.rows(),
                     "gradient.value must be shaped like value_tables() (use zero_gradient())");
   }
 
@@ -157,11 +159,11 @@ class shaw_relative : public policy_base {
 
   /// Validates the tables against a call's shape (called once by the kernel's entry points).
   void check(const attention_shape& shape) const {
-    detail::require(shape.dim == dim_, "shaw_relative", "dim", shape.dim,
+    detail::require(shape.dim == dim_, "shaw_policy", "dim", shape.dim,
                     "the call's head dim must equal the key tables' dim");
-    detail::require(shape.dim_v == dim_v_, "shaw_relative", "dim_v", shape.dim_v,
+    detail::require(shape.dim_v == dim_v_, "shaw_policy", "dim_v", shape.dim_v,
                     "the call's value head dim must equal the value tables' dim_v");
-    detail::require(tables_ == 1 || tables_ == shape.heads, "shaw_relative", "heads", shape.heads,
+    detail::require(tables_ == 1 || tables_ == shape.heads, "shaw_policy", "heads", shape.heads,
                     "per-head tables need exactly one table set per query head");
   }
 
@@ -243,7 +245,7 @@ class shaw_relative : public policy_base {
   static shaw_clip validated(shaw_clip c) { return shaw_clip::asymmetric(c.left, c.right); }
 
   Index checked_set(Index t) const {
-    detail::require(t >= 0 && t < tables_, "shaw_relative", "table", t, "must be in [0, tables())");
+    detail::require(t >= 0 && t < tables_, "shaw_policy", "table", t, "must be in [0, tables())");
     return t;
   }
 
@@ -254,5 +256,9 @@ class shaw_relative : public policy_base {
   matrix key_;
   matrix value_;
 };
+
+/// The former name of shaw_policy.
+template <class Scalar = float>
+using shaw_relative [[deprecated("use posenc::shaw_policy")]] = shaw_policy<Scalar>;
 
 }  // namespace posenc

@@ -32,14 +32,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "../backend/scalar/sinusoidal.hpp"
-// SIMD kernels (each empty unless the compiler flags enable its instruction set)
-#include "../backend/avx2/sinusoidal.hpp"
-#include "../backend/avx512/sinusoidal.hpp"
-#include "../backend/neon/sinusoidal.hpp"
+#include "../backend/sinusoidal.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
+#include "../core/types.hpp"
 #include "../core/view.hpp"
+#include "../math/frequency.hpp"
 #include "detail/arguments.hpp"
 
 namespace posenc {
@@ -123,7 +121,7 @@ class sinusoidal {
   using scalar_type = Scalar;    ///< element type of tables and embeddings
   using backend_type = Backend;  ///< kernel tag (see core/backend.hpp)
   /// A [rows, d] row-major table.
-  using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using matrix = row_matrix<Scalar>;
 
   /// Throws posenc::error for dim <= 0, odd dim (vaswani), dim < 4 (fairseq), a base or
   /// timescale that is not finite and > 1 (resp. 0 < min <= max), or padding_idx < -1 or
@@ -166,16 +164,14 @@ class sinusoidal {
     inv_freq_.resize(static_cast<std::size_t>(pairs));
     if (config.preset == sinusoidal_preset::vaswani) {
       for (Index i = 0; i < pairs; ++i)
-        inv_freq_[static_cast<std::size_t>(i)] =
-            1.0 / std::pow(config.base, static_cast<double>(2 * i) / static_cast<double>(d));
+        inv_freq_[static_cast<std::size_t>(i)] = math::inv_freq(config.base, i, d);
     } else {
       const double min_ts = config.preset == sinusoidal_preset::t2t ? config.min_timescale : 1.0;
       const double steps = static_cast<double>(
           config.preset == sinusoidal_preset::t2t ? std::max<Index>(pairs - 1, 1) : pairs - 1);
       const double increment = std::log(config.base / min_ts) / steps;
       for (Index i = 0; i < pairs; ++i)
-        inv_freq_[static_cast<std::size_t>(i)] =
-            min_ts * std::exp(static_cast<double>(i) * -increment);
+        inv_freq_[static_cast<std::size_t>(i)] = math::log_spaced_freq(min_ts, increment, i);
     }
   }
 
@@ -214,7 +210,7 @@ class sinusoidal {
   /// output arguments.
   template <class Derived>
   void table_into(const Eigen::MatrixBase<Derived>& out, Index offset = 0) const {
-    auto v = writable_view(out, "sinusoidal::table_into");
+    auto v = checked_view(out, "sinusoidal::table_into");
     check_range("sinusoidal::table_into", v.extent(0), offset);
     run(nullptr, offset, v.extent(0), v.data(), v.stride(0), v.stride(1), false, Scalar(1));
   }
@@ -238,7 +234,7 @@ class sinusoidal {
   template <class Derived>
   void add_to(const Eigen::MatrixBase<Derived>& embeddings, Index offset = 0,
               embedding_scale scale = embedding_scale::none) const {
-    add_to(writable_view(embeddings, "sinusoidal::add_to"), offset, scale);
+    add_to(checked_view(embeddings, "sinusoidal::add_to"), offset, scale);
   }
 
   /// Adds PE to a caller-owned [seq, d] buffer: E(r, :) = s * E(r, :) + PE(offset + r).
@@ -277,7 +273,7 @@ class sinusoidal {
  private:
   void run(const Index* positions, Index first, Index rows, Scalar* out, Index row_stride,
            Index col_stride, bool accumulate, Scalar scale) const noexcept {
-    backend::sinusoidal_rows_args<Scalar> a;
+    kernels::sinusoidal_rows_args<Scalar> a;
     a.inv_freq = inv_freq_.data();
     a.pairs = pairs();
     a.dim = dim();
@@ -293,7 +289,7 @@ class sinusoidal {
     a.col_stride = col_stride;
     a.accumulate = accumulate;
     a.scale = scale;
-    backend::sinusoidal_rows(Backend{}, a);
+    kernels::sinusoidal_rows(Backend{}, a);
   }
 
   Scalar scale_value(embedding_scale scale) const noexcept {
@@ -329,8 +325,10 @@ class sinusoidal {
   }
 
   template <class Derived>
-  seq_view<Scalar> writable_view(const Eigen::MatrixBase<Derived>& m, const char* where) const {
-    const auto v = detail::writable_seq_view<Scalar>(m);
+  seq_view<Scalar> checked_view(const Eigen::MatrixBase<Derived>& m, const char* where) const {
+    static_assert(std::is_same_v<typename Derived::Scalar, Scalar>,
+                  "posenc::sinusoidal: the matrix's scalar type must be the encoding's");
+    const auto v = writable_view(m);
     check_width(where, v.extent(1));
     return v;
   }

@@ -3,7 +3,7 @@
 /// T5 relative position bias (Raffel et al. 2020, "Exploring the limits of transfer
 /// learning with a unified text-to-text transformer"): each head h adds a learned scalar
 /// table[bucket(j - pos_i), h] to its logits. T5 uses no 1/sqrt(d) scaling: call the
-/// kernel with `attention_options::scale = 1`.
+/// kernel with `attention_config::scale = 1`.
 ///
 /// The bucket of relative = key - query (pos_i = q_offset + i), for num_buckets B and
 /// max_distance D:
@@ -27,9 +27,10 @@
 #include <utility>
 #include <vector>
 
-#include "../attention/policy.hpp"
 #include "../core/error.hpp"
-#include "../core/view.hpp"
+#include "../core/policy.hpp"
+#include "../core/types.hpp"
+#include "../math/t5_bucket.hpp"
 
 namespace posenc {
 
@@ -53,24 +54,9 @@ struct t5_bucket_config {
 };
 
 namespace detail {
-/// The bucket function for an already checked configuration.
+/// The bucket function for an already checked configuration (math::t5_bucket).
 inline Index t5_bucket_unchecked(Index relative, const t5_bucket_config& c) noexcept {
-  Index base = 0, n = 0, buckets = c.num_buckets;
-  if (c.bidirectional) {
-    buckets /= 2;
-    if (relative > 0) base = buckets;
-    n = relative < 0 ? -relative : relative;
-  } else {
-    n = relative < 0 ? -relative : 0;
-  }
-  const Index exact = buckets / 2;
-  if (n < exact) return base + n;
-  const double x = std::log(static_cast<double>(n) / static_cast<double>(exact)) /
-                   std::log(static_cast<double>(c.max_distance) / static_cast<double>(exact)) *
-                   static_cast<double>(buckets - exact);
-  // x >= 0; cap before converting so huge distances cannot overflow the integer.
-  const double capped = std::min(std::floor(x), static_cast<double>(buckets - 1 - exact));
-  return base + exact + static_cast<Index>(capped);
+  return math::t5_bucket(relative, c.num_buckets, c.max_distance, c.bidirectional);
 }
 }  // namespace detail
 
@@ -83,8 +69,8 @@ inline Index t5_bucket(Index relative, const t5_bucket_config& config) {
 }
 
 /// Bucket indices [Lq, Lk] for queries at q_offset + i and keys at j (int64 in the CLI).
-inline Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> t5_buckets(
-    Index len_q, Index len_k, const t5_bucket_config& config, Index q_offset = 0) {
+inline row_matrix<Index> t5_buckets(Index len_q, Index len_k, const t5_bucket_config& config,
+                                    Index q_offset = 0) {
   config.check("t5_buckets");
   detail::require(len_q >= 0, "t5_buckets", "len_q", len_q, "must be >= 0");
   detail::require(len_k >= 0, "t5_buckets", "len_k", len_k, "must be >= 0");
@@ -93,12 +79,24 @@ inline Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> t5_
                   q_offset,
                   "must be <= the largest Index minus len_q (query positions "
                   "q_offset + i must be representable)");
-  Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> out(len_q, len_k);
+  row_matrix<Index> out(len_q, len_k);
   for (Index i = 0; i < len_q; ++i)
     for (Index j = 0; j < len_k; ++j)
       out(i, j) = detail::t5_bucket_unchecked(j - (q_offset + i), config);
   return out;
 }
+
+/// The head of a policy whose bias is a table by distance (position_bias::
+/// distance_table): bias(pos, j) = bias_by_rel[j - pos - rel_min], with an entry for every
+/// j - pos the call meets. The tiled kernels read `rel_min` and `bias_by_rel`; the
+/// reference kernel calls bias().
+struct distance_table_head : head_base {
+  Index rel_min = 0;
+  std::vector<double> bias_by_rel;
+  double bias(Index pos, Index j) const noexcept {
+    return bias_by_rel[static_cast<std::size_t>(j - pos - rel_min)];
+  }
+};
 
 /// dL/d(table) of a t5_bias_policy: [num_buckets, H], accumulated by attention_backward.
 struct t5_bias_gradient {
@@ -110,6 +108,7 @@ struct t5_bias_gradient {
 class t5_bias_policy : public policy_base {
  public:
   static constexpr bool has_bias = true;
+  static constexpr position_bias bias_form = position_bias::distance_table;
   using gradient_type = t5_bias_gradient;
 
   /// `table` [num_buckets, H], row-major, any scalar type (held in double).
@@ -153,13 +152,9 @@ class t5_bias_policy : public policy_base {
   /// Per head: the bias and bucket of every relative distance the call can meet,
   /// relative = j - pos in [-(q_offset + Lq - 1), Lk - 1 - q_offset], computed once (no log
   /// per logit; Lq + Lk - 1 entries, independent of the offset).
-  struct head_type : head_base {
-    Index rel_min = 0, h = 0;
-    std::vector<double> bias_by_rel;
+  struct head_type : distance_table_head {
+    Index h = 0;
     std::vector<Index> bucket_by_rel;
-    double bias(Index pos, Index j) const noexcept {
-      return bias_by_rel[static_cast<std::size_t>(j - pos - rel_min)];
-    }
     void backward_bias(Index pos, const Eigen::Ref<const drow>& dlogit,
                        t5_bias_gradient& grad) const noexcept {
       for (Index j = 0; j < dlogit.size(); ++j)

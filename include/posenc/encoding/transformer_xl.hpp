@@ -45,22 +45,23 @@
 #include <memory>
 #include <utility>
 
-#include "../attention/policy.hpp"
 #include "../core/error.hpp"
-#include "../core/view.hpp"
+#include "../core/policy.hpp"
+#include "../core/types.hpp"
+#include "../math/frequency.hpp"
 
 namespace posenc {
 
-/// The sinusoid's angular frequencies w_t = base^(-2t / dim), t = 0 .. dim/2 - 1, in
-/// double (the only place they are computed). Throws posenc::error for an odd or
-/// non-positive dim, or base <= 1.
+/// The sinusoid's angular frequencies w_t = 1 / base^(2t / dim), t = 0 .. dim/2 - 1, in
+/// double: math::inv_freq, the frequencies of RoPE and of Vaswani's sinusoid. (Before
+/// posenc 0.2 this computed pow(base, -2t/dim), which differs in the last bit for about a
+/// quarter of the t.) Throws posenc::error for an odd or non-positive dim, or base <= 1.
 inline drow txl_inv_freq(Index dim, double base = 10000.0) {
   detail::require(dim >= 2 && dim % 2 == 0, "txl_inv_freq", "dim", dim,
                   "must be even and >= 2 (sin block + cos block)");
   detail::require(base > 1.0, "txl_inv_freq", "base", base, "must be > 1");
   drow w(dim / 2);
-  for (Index t = 0; t < dim / 2; ++t)
-    w(t) = std::pow(base, -2.0 * static_cast<double>(t) / static_cast<double>(dim));
+  for (Index t = 0; t < dim / 2; ++t) w(t) = math::inv_freq(base, t, dim);
   return w;
 }
 
@@ -69,12 +70,11 @@ inline drow txl_inv_freq(Index dim, double base = 10000.0) {
 /// row m = R_{first - m} = [sin((first-m) w), cos((first-m) w)]. Angles in double.
 /// Throws posenc::error for count < 0 and as txl_inv_freq.
 template <class Scalar = double>
-Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> txl_sinusoid(
-    Index dim, Index first, Index count, double base = 10000.0) {
+row_matrix<Scalar> txl_sinusoid(Index dim, Index first, Index count, double base = 10000.0) {
   detail::require(count >= 0, "txl_sinusoid", "count", count, "must be >= 0");
   const drow w = txl_inv_freq(dim, base);
   const Index n = dim / 2;
-  Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> r(count, dim);
+  row_matrix<Scalar> r(count, dim);
   for (Index m = 0; m < count; ++m) {
     const double k = static_cast<double>(first - m);
     for (Index t = 0; t < n; ++t) {
@@ -98,10 +98,9 @@ Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> txl_sinus
 /// reshape (zeros or the next row's values) and must be masked, as the paper's causal mask
 /// does. Requires Lq <= Lk (throws posenc::error otherwise).
 template <class Derived>
-Eigen::Matrix<typename Derived::Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rel_shift(
-    const Eigen::MatrixBase<Derived>& x) {
+row_matrix<typename Derived::Scalar> rel_shift(const Eigen::MatrixBase<Derived>& x) {
   using S = typename Derived::Scalar;
-  using M = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using M = row_matrix<S>;
   const Index lq = x.rows(), lk = x.cols();
   detail::require(lq <= lk, "rel_shift", "x.rows()", lq, "must be <= x.cols() (Lq <= Lk)");
   M padded(lq, lk + 1);
@@ -120,10 +119,9 @@ Eigen::Matrix<typename Derived::Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 /// x, so the shift is a change of outer stride. Throws posenc::error unless x has
 /// Lq + lk - 1 columns.
 template <class Derived>
-Eigen::Matrix<typename Derived::Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
-rel_shift_full(const Eigen::MatrixBase<Derived>& x, Index lk) {
+row_matrix<typename Derived::Scalar> rel_shift_full(const Eigen::MatrixBase<Derived>& x, Index lk) {
   using S = typename Derived::Scalar;
-  using M = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using M = row_matrix<S>;
   const Index lq = x.rows();
   detail::require(lk >= 1, "rel_shift_full", "lk", lk, "must be >= 1");
   detail::require(x.cols() == lq + lk - 1, "rel_shift_full", "x.cols()", x.cols(),
@@ -140,8 +138,8 @@ rel_shift_full(const Eigen::MatrixBase<Derived>& x, Index lk) {
 /// work in double. Pass as the kernel's policy; set `q_offset` to the memory length
 /// when keys/values are [memory; current] (txl_memory::q_offset()).
 ///
-///     posenc::transformer_xl_relative<float> xl(H, d);          // P_k = R_k (d_R = d)
-///     posenc::transformer_xl_relative<float> xl(H, d, d_model); // P_k = R_k W_R
+///     posenc::transformer_xl_policy<float> xl(H, d);          // P_k = R_k (d_R = d)
+///     posenc::transformer_xl_policy<float> xl(H, d, d_model); // P_k = R_k W_R
 ///     xl.u() = ...; xl.v() = ...; xl.w_r() = ...;
 ///
 /// Per (batch, head) the policy builds its P table (Lq + Lk - 1 rows, O((Lq+Lk) d_R d))
@@ -149,9 +147,9 @@ rel_shift_full(const Eigen::MatrixBase<Derived>& x, Index lk) {
 /// [keys, d] matrix-vector product (computed in chunks of 64 keys on first use, so masked
 /// future keys of a causal call are skipped).
 template <class Scalar = float>
-class transformer_xl_relative : public policy_base {
+class transformer_xl_policy : public policy_base {
  public:
-  using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using matrix = row_matrix<Scalar>;
 
   static constexpr bool transforms_queries = true;  // q' = q + u: terms (a) + (c)
   static constexpr bool has_score_term = true;      // (q + v) . P: terms (b) + (d)
@@ -167,16 +165,16 @@ class transformer_xl_relative : public policy_base {
   /// (R has dim entries; dim must be even). `dim_r` > 0: a W_R [dim_r, heads*dim] (zero;
   /// fill it), P_k = R_k W_R[:, head block], R has dim_r entries (even). Throws
   /// posenc::error for heads < 1, dim < 1, dim_r < 0, an odd sinusoid dim, base <= 1.
-  transformer_xl_relative(Index heads, Index dim, Index dim_r = 0, double base = 10000.0)
+  transformer_xl_policy(Index heads, Index dim, Index dim_r = 0, double base = 10000.0)
       : heads_(heads), dim_(dim), dim_r_(dim_r), base_(base) {
-    detail::require(heads >= 1, "transformer_xl_relative", "heads", heads, "must be >= 1");
-    detail::require(dim >= 1, "transformer_xl_relative", "dim", dim, "must be >= 1");
-    detail::require(dim_r >= 0, "transformer_xl_relative", "dim_r", dim_r,
+    detail::require(heads >= 1, "transformer_xl_policy", "heads", heads, "must be >= 1");
+    detail::require(dim >= 1, "transformer_xl_policy", "dim", dim, "must be >= 1");
+    detail::require(dim_r >= 0, "transformer_xl_policy", "dim_r", dim_r,
                     "must be >= 0 (0 = no W_R projection)");
     const Index rdim = dim_r > 0 ? dim_r : dim;
-    detail::require(rdim % 2 == 0, "transformer_xl_relative", dim_r > 0 ? "dim_r" : "dim", rdim,
+    detail::require(rdim % 2 == 0, "transformer_xl_policy", dim_r > 0 ? "dim_r" : "dim", rdim,
                     "the sinusoid R needs an even dim (sin block + cos block)");
-    detail::require(base > 1.0, "transformer_xl_relative", "base", base, "must be > 1");
+    detail::require(base > 1.0, "transformer_xl_policy", "base", base, "must be > 1");
     u_ = matrix::Zero(heads, dim);
     v_ = matrix::Zero(heads, dim);
     if (dim_r > 0) w_r_ = matrix::Zero(dim_r, heads * dim);
@@ -206,7 +204,7 @@ class transformer_xl_relative : public policy_base {
 
   /// Position keys P_k of head `head` for the same distances ([count, d]).
   dmatrix position_keys(Index head, Index first, Index count) const {
-    detail::require(head >= 0 && head < heads_, "transformer_xl_relative", "head", head,
+    detail::require(head >= 0 && head < heads_, "transformer_xl_policy", "head", head,
                     "must be in [0, heads())");
     dmatrix r = sinusoid(first, count);
     if (!projected()) return r;
@@ -220,12 +218,12 @@ class transformer_xl_relative : public policy_base {
 
   /// Validates a gradient's shapes (the backward entry points call this before any work).
   void check_gradient(const gradient_type& g) const {
-    detail::require(g.u.rows() == heads_ && g.u.cols() == dim_, "transformer_xl_relative",
+    detail::require(g.u.rows() == heads_ && g.u.cols() == dim_, "transformer_xl_policy",
                     "gradient.u.rows()", g.u.rows(), "gradient.u must be [heads, dim]");
-    detail::require(g.v.rows() == heads_ && g.v.cols() == dim_, "transformer_xl_relative",
+    detail::require(g.v.rows() == heads_ && g.v.cols() == dim_, "transformer_xl_policy",
                     "gradient.v.rows()", g.v.rows(), "gradient.v must be [heads, dim]");
     detail::require(g.w_r.rows() == w_r_.rows() && g.w_r.cols() == w_r_.cols(),
-                    "transformer_xl_relative", "gradient.w_r.rows()", g.w_r.rows(),
+                    "transformer_xl_policy", "gradient.w_r.rows()", g.w_r.rows(),
                     "gradient.w_r must be shaped like w_r() (use zero_gradient())");
   }
 
@@ -241,11 +239,11 @@ class transformer_xl_relative : public policy_base {
   /// distances q_offset+Lq-1 .. q_offset-(Lk-1), so that every head reuses one R table
   /// (and decoding step by step extends it only now and then).
   void check(const attention_shape& shape) const {
-    detail::require(shape.heads == heads_, "transformer_xl_relative", "heads", shape.heads,
+    detail::require(shape.heads == heads_, "transformer_xl_policy", "heads", shape.heads,
                     "the call's query heads must equal the policy's heads");
-    detail::require(shape.dim == dim_, "transformer_xl_relative", "dim", shape.dim,
+    detail::require(shape.dim == dim_, "transformer_xl_policy", "dim", shape.dim,
                     "the call's head dim must equal the policy's dim");
-    detail::require(shape.q_offset <= (Index(1) << 53) - shape.len_q, "transformer_xl_relative",
+    detail::require(shape.q_offset <= (Index(1) << 53) - shape.len_q, "transformer_xl_policy",
                     "q_offset", shape.q_offset,
                     "q_offset + len_q must be <= 2^53 (relative distances exact in double)");
     prepare(shape.q_offset + shape.len_q - 1, shape.len_q + shape.len_k - 1);
@@ -404,6 +402,11 @@ class transformer_xl_relative : public policy_base {
   mutable std::shared_ptr<const sinusoid_block> cache_;
 };
 
+/// The former name of transformer_xl_policy.
+template <class Scalar = float>
+using transformer_xl_relative [[deprecated("use posenc::transformer_xl_policy")]] =
+    transformer_xl_policy<Scalar>;
+
 /// The segment memory of Transformer-XL: the last `mem_len` key and value rows.
 ///
 /// Rows are tokens (row-major, [M, dim_k] and [M, dim_v]; multi-head callers store all
@@ -418,7 +421,7 @@ class transformer_xl_relative : public policy_base {
 template <class Scalar = float>
 class txl_memory {
  public:
-  using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using matrix = row_matrix<Scalar>;
 
   /// An empty memory holding up to `mem_len` rows of widths dim_k and dim_v.
   /// Throws posenc::error for mem_len < 0, dim_k < 1, dim_v < 1.

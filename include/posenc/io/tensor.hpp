@@ -31,16 +31,14 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/types.hpp"
 
 namespace posenc {
-
-using Index = Eigen::Index;
-
 namespace io {
 
 /// A row-major dynamic matrix: one token per row, the layout every posenc table uses.
 template <class Scalar>
-using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using matrix = row_matrix<Scalar>;
 
 /// Element types of the supported file formats.
 ///

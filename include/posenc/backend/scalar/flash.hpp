@@ -20,7 +20,13 @@
 /// tag serves with it every call its own lane-layout kernel (backend/simd/flash.hpp)
 /// does not take: double, Shaw, general biases, boolean and additive masks, decode.
 ///
-/// Not for direct inclusion: use posenc/attention/flash.hpp.
+/// The kernels know positions only through the policy's traits (core/policy.hpp): a bias
+/// linear in the distance (ALiBi), a table by distance (T5) and clipped relative
+/// embeddings (Shaw) are generated here from the head's data; any other bias calls the
+/// head's hook per logit. A new position scheme with one of those forms needs no edit
+/// here.
+///
+/// Not for direct inclusion: use posenc/backend/flash.hpp.
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -29,39 +35,26 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../attention/mask.hpp"
-#include "../../attention/policy.hpp"
+#include "../../config.hpp"
+#include "../../core/attention_config.hpp"
 #include "../../core/backend.hpp"
+#include "../../core/policy.hpp"
+#include "../../core/types.hpp"
 #include "../../core/view.hpp"
-#include "../../encoding/alibi.hpp"
-#include "../../encoding/shaw.hpp"
-#include "../../encoding/t5_bias.hpp"
+#include "../../math/alibi.hpp"
+#include "../../math/softmax.hpp"
 
 namespace posenc {
-namespace detail {
+namespace kernels {
 namespace flash {
-
-/// Row-major dynamic matrix in the kernel's working precision.
-template <class Real>
-using rmat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 /// Read-only row-major map with a row stride (keys or values of one head).
 template <class Real>
-using cmap = Eigen::Map<const rmat<Real>, 0, Eigen::OuterStride<>>;
+using cmap = Eigen::Map<const row_matrix<Real>, 0, Eigen::OuterStride<>>;
 
-/// Working precision for a storage type: double stays double, everything else (float,
-/// Eigen::half, Eigen::bfloat16) is computed in float.
-template <class T>
-using real_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
-
-/// Converts a stored element (float, double, half, bfloat16) to the working precision.
-template <class Real, class T>
-inline Real to_real(const T& x) noexcept {
-  if constexpr (std::is_arithmetic_v<T>)
-    return static_cast<Real>(x);
-  else
-    return static_cast<Real>(static_cast<float>(x));  // Eigen::half / Eigen::bfloat16
-}
+/// True when Policy's score and value terms are Shaw et al.'s clipped relative embeddings.
+template <class Policy>
+inline constexpr bool clipped_v = bias_form_v<Policy> == position_bias::clipped_embeddings;
 
 /// Tile sizes: block_q query rows per work unit, block_k keys per inner step.
 /// A float tile S is 128 x 256 x 4 B = 128 KiB (L2-resident with the K and V tiles).
@@ -139,45 +132,41 @@ struct kv_block {
 inline constexpr double log2_e = 1.4426950408889634074;
 
 /// What one (batch, head) contributes to its tiles: its policy head, its keys and
-/// values, and the policy data the tiles read directly (ALiBi slope, T5 lookup, Shaw).
+/// values, and the policy data the tiles read directly (the head's slope, distance table
+/// or clipped embeddings, per its bias_form).
 template <class Policy, class Real>
 struct head_context {
   typename Policy::head_type head;
   Index batch = 0, head_index = 0;
   kv_block<Real> k, v;
-  rmat<Real> shaw_ak_t;  ///< Shaw a^K transposed [d, rows]
-  rmat<Real> shaw_av;    ///< Shaw a^V [rows, dv]
-  /// T5, for the SIMD lane kernel: bias_by_rel times log2(e) (its logits are base 2) in
-  /// float, reversed (entry t is bias_by_rel[size - 1 - t]) so that the consecutive query
-  /// rows of a vector read consecutive entries, then 16 zeros (the widest vector) for its
-  /// padding rows.
-  std::vector<float> t5_reversed;
+  row_matrix<Real> shaw_ak_t;  ///< clipped embeddings: a^K transposed [d, rows]
+  row_matrix<Real> shaw_av;    ///< clipped embeddings: a^V [rows, dv]
+  /// Distance table, for the SIMD lane kernel: bias_by_rel times log2(e) (its logits are
+  /// base 2) in float, reversed (entry t is bias_by_rel[size - 1 - t]) so that the
+  /// consecutive query rows of a vector read consecutive entries, then 16 zeros (the
+  /// widest vector) for its padding rows.
+  std::vector<float> table_reversed;
 };
-
-template <class Policy>
-struct is_shaw : std::false_type {};
-template <class S>
-struct is_shaw<shaw_relative<S>> : std::true_type {};
 
 /// Per-thread buffers of one block of query rows.
 template <class Real>
 struct workspace {
-  rmat<Real> q;            ///< [block_q, d]: scale · transformed queries
-  rmat<Real> s;            ///< [block_q, block_k]: logits, then probabilities
-  rmat<Real> o;            ///< [block_q, dv]: unnormalised outputs
-  rmat<Real> qa;           ///< Shaw: scale · q_i . a^K_r, [block_q, rows]
-  rmat<Real> wb;           ///< Shaw: per-bucket weight sums, [block_q, rows]
+  row_matrix<Real> q;      ///< [block_q, d]: scale · transformed queries
+  row_matrix<Real> s;      ///< [block_q, block_k]: logits, then probabilities
+  row_matrix<Real> o;      ///< [block_q, dv]: unnormalised outputs
+  row_matrix<Real> qa;     ///< Shaw: scale · q_i . a^K_r, [block_q, rows]
+  row_matrix<Real> wb;     ///< Shaw: per-bucket weight sums, [block_q, rows]
   std::vector<Real> m;     ///< running maxima
   std::vector<double> l;   ///< running sums
   std::vector<Index> lim;  ///< visible key limit per row
   drow row;                ///< one query row in double (query transforms)
   // One query row per SIMD lane (backend/simd/flash.hpp), transposed:
-  rmat<Real> qt;       ///< [d, block_q]: q of the block
-  rmat<Real> st;       ///< [block_k, block_q]: logits, then probabilities
-  rmat<Real> ot;       ///< [dv, block_q]: unnormalised outputs
-  rmat<Real> vt;       ///< [block_k, dv + 16]: the key tile's rows of V, copied
-  rmat<Real> kt;       ///< [block_k, d]: the key tile's rows of K, converted (kv_block::tile)
-  bool lanes = false;  ///< the current block uses the transposed buffers
+  row_matrix<Real> qt;  ///< [d, block_q]: q of the block
+  row_matrix<Real> st;  ///< [block_k, block_q]: logits, then probabilities
+  row_matrix<Real> ot;  ///< [dv, block_q]: unnormalised outputs
+  row_matrix<Real> vt;  ///< [block_k, dv + 16]: the key tile's rows of V, copied
+  row_matrix<Real> kt;  ///< [block_k, d]: the key tile's rows of K, converted (kv_block::tile)
+  bool lanes = false;   ///< the current block uses the transposed buffers
 
   /// Sizes the buffers for blocks of up to `bq` query rows.
   void reserve(Index d, Index dv, Index shaw_rows, Index bq = tiles<Real>::block_q) {
@@ -231,7 +220,7 @@ Index load_block(const head_context<Policy, Real>& hc, const call_info& ci,
       for (Index c = 0; c < d; ++c)
         ws.q(r, c) = static_cast<Real>(to_real<double>(q(i, c)) * ci.scale);
     }
-    const Index lim = visible_limit(*ci.mask, hc.batch, pos, ci.shape.len_k);
+    const Index lim = ::posenc::detail::visible_limit(*ci.mask, hc.batch, pos, ci.shape.len_k);
     ws.lim[static_cast<std::size_t>(r)] = lim;
     max_lim = std::max(max_lim, lim);
     ws.m[static_cast<std::size_t>(r)] = -std::numeric_limits<Real>::infinity();
@@ -245,10 +234,11 @@ template <class Policy, class Real, class TQ>
 Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
                   const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws,
                   backend::scalar const&) noexcept {
+  POSENC_KERNEL_TRACE("flash_tiles", "scalar");
   ws.lanes = false;
   const Index max_lim = load_block(hc, ci, q, r0, nb, ws);
   ws.o.topRows(nb).setZero();
-  if constexpr (is_shaw<Policy>::value) {
+  if constexpr (clipped_v<Policy>) {
     ws.qa.topRows(nb).noalias() = ws.q.topRows(nb) * hc.shaw_ak_t;
     ws.wb.topRows(nb).setZero();
   }
@@ -261,31 +251,22 @@ template <class Policy, class Real>
 inline void bias_and_mask(const head_context<Policy, Real>& hc, const call_info& ci,
                           const workspace<Real>& ws, Index r, Index i, Index pos, Index j0, Index n,
                           Real* s) noexcept {
-  if constexpr (is_shaw<Policy>::value) {
+  constexpr position_bias form = bias_form_v<Policy>;
+  if constexpr (form == position_bias::clipped_embeddings) {
     const auto& clip = hc.head.clip;
     const Real* qa = ws.qa.row(r).data();
     for (Index c = 0; c < n; ++c) s[c] += qa[clip.row(j0 + c - pos)];
   }
-  if constexpr (std::is_same_v<Policy, alibi_policy>) {
+  if constexpr (form == position_bias::linear_distance) {
     // Shifted by a row constant (softmax is unchanged) so that the row's largest bias is
-    // 0: float logits stay small where the weights are, however far pos is from the
-    // keys. Causal form -m (pos - j) -> m (j - last), last = the row's last visible key;
-    // symmetric -m |j - pos| -> -m (last - j) when pos is past every visible key.
-    // Integer distances are exact in float below 2^24.
-    const Real m = static_cast<Real>(hc.head.m);
+    // 0 (math::alibi_reference): float logits stay small where the weights are, however
+    // far pos is from the keys. Integer distances are exact in float below 2^24.
+    const Real m = static_cast<Real>(hc.head.slope);
     const Index last = ws.lim[static_cast<std::size_t>(r)] - 1;
-    if (!hc.head.symmetric) {
-      const Real base = static_cast<Real>(j0 - last);
-      for (Index c = 0; c < n; ++c) s[c] += m * (base + static_cast<Real>(c));
-    } else if (pos <= last) {
-      const Real base = static_cast<Real>(j0 - pos);
-      for (Index c = 0; c < n; ++c) s[c] -= m * std::abs(base + static_cast<Real>(c));
-    } else {
-      const Real base = static_cast<Real>(last - j0);
-      for (Index c = 0; c < n; ++c) s[c] -= m * (base - static_cast<Real>(c));
-    }
-  } else if constexpr (std::is_same_v<Policy, t5_bias_policy>) {
-    // The T5 bias depends on j - pos only: one contiguous run of the head's lookup table.
+    const Real base = static_cast<Real>(math::alibi_reference(pos, last, hc.head.symmetric) - j0);
+    for (Index c = 0; c < n; ++c) s[c] -= m * std::abs(base - static_cast<Real>(c));
+  } else if constexpr (form == position_bias::distance_table) {
+    // The bias depends on j - pos only: one contiguous run of the head's table.
     const double* tb = hc.head.bias_by_rel.data() + (j0 - pos - hc.head.rel_min);
     for (Index c = 0; c < n; ++c) s[c] += static_cast<Real>(tb[c]);
   } else if constexpr (Policy::has_bias) {
@@ -335,14 +316,14 @@ inline void softmax_step(const head_context<Policy, Real>& hc, const call_info& 
   a = (a - m_new).exp();  // exp(-inf) = 0 at masked keys
   std::fill(srow + n, srow + nk, Real(0));
   if (m_new != m_old) {
-    const Real alpha = std::exp(m_old - m_new);  // 0 on the row's first visible tile
+    const Real alpha = math::rescale(m_old, m_new);  // 0 on the row's first visible tile
     ws.l[ur] *= static_cast<double>(alpha);
     ws.o.row(r) *= alpha;
-    if constexpr (is_shaw<Policy>::value) ws.wb.row(r) *= alpha;
+    if constexpr (clipped_v<Policy>) ws.wb.row(r) *= alpha;
     ws.m[ur] = m_new;
   }
   ws.l[ur] += static_cast<double>(a.sum());
-  if constexpr (is_shaw<Policy>::value) {
+  if constexpr (clipped_v<Policy>) {
     const auto& clip = hc.head.clip;
     Real* wb = ws.wb.row(r).data();
     for (Index c = 0; c < n; ++c) wb[clip.row(j0 + c - pos)] += srow[c];
@@ -383,14 +364,11 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// outer, heads inner: K and V of a [keys, heads, d] buffer are then read as one forward
 /// stream of whole rows, where one head at a time reads 512 bytes of every 4 KiB row
 /// (d = 128, 8 heads), an access pattern the hardware prefetchers follow at about half
-/// the bandwidth (measured: a plain sum in that order reached 20 GB/s, in key order 40
-/// GB/s). Rows are also prefetched 64 keys ahead: the dot products and row
+/// the bandwidth. Rows are also prefetched 64 keys ahead: the dot products and row
 /// updates between the loads leave too few misses in flight for the hardware prefetchers
-/// alone (decode at 0.55x of a plain read without, 0.75-0.8x with, on an AMD EPYC where
-/// 4-32 keys ahead did alike; on an Intel Xeon 8 keys ahead gave 0.68-0.71x, 64 or 128
-/// keys 0.80-0.82x). The same steps as accumulate with dot products and row updates
-/// instead of GEMMs, so sums run in another order (results agree within rounding, and do
-/// not depend on the thread count).
+/// alone (the distances tried are in docs/benchmarks-history.md). The same steps as
+/// accumulate with dot products and row updates instead of GEMMs, so sums run in another
+/// order (results agree within rounding, and do not depend on the thread count).
 template <class Policy, class Real, class KRows, class VRows>
 void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs, Index count,
                       const call_info& ci, Index nb, Index kbeg, Index kend,
@@ -414,14 +392,6 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
   }
 }
 
-/// The factor that normalises a row with running sum l: 1/l for l > 0; 0 for l = 0 (the
-/// row saw no key: zeros); NaN for a NaN sum (a NaN or +inf logit: a NaN row).
-template <class Real>
-inline Real inverse_sum(double l) noexcept {
-  return l > 0 ? static_cast<Real>(1.0 / l)
-               : (std::isnan(l) ? std::numeric_limits<Real>::quiet_NaN() : Real(0));
-}
-
 /// Writes rows [r0, r0 + nb) of `out` as acc(r, c) / l_r (zeros for a row that saw no
 /// key); `acc` reads the block's unnormalised outputs wherever a kernel keeps them.
 template <class Real, class TO, class Acc>
@@ -430,7 +400,7 @@ void write_normalised(const workspace<Real>& ws, Index r0, Index nb, const strid
   using T = std::remove_cv_t<TO>;
   const Index dv = out.extent(1);
   for (Index r = 0; r < nb; ++r) {
-    const Real inv = inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
+    const Real inv = math::inverse_sum<Real>(ws.l[static_cast<std::size_t>(r)]);
     if (out.inner_contiguous()) {
       T* dst = out.vector_ptr(r0 + r);
       for (Index c = 0; c < dv; ++c) dst[c] = static_cast<T>(acc(r, c) * inv);
@@ -444,11 +414,10 @@ void write_normalised(const workspace<Real>& ws, Index r0, Index nb, const strid
 template <class Policy, class Real, class TO>
 void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb, workspace<Real>& ws,
                   const strided_view<TO, 2>& out, backend::scalar const&) noexcept {
-  if constexpr (is_shaw<Policy>::value)
-    ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
+  if constexpr (clipped_v<Policy>) ws.o.topRows(nb).noalias() += ws.wb.topRows(nb) * hc.shaw_av;
   write_normalised(ws, r0, nb, out, [&](Index r, Index c) { return ws.o(r, c); });
 }
 
 }  // namespace flash
-}  // namespace detail
+}  // namespace kernels
 }  // namespace posenc

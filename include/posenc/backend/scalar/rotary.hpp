@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// The portable rotary (RoPE) kernel: rotates every head of one token by precomputed
-/// cos/sin values. Other backends overload rope_rotate() on their own tag; a tag without
-/// its own overload falls back to this one (see core/backend.hpp).
+/// The RoPE kernel's arguments (rope_token) and its portable implementation: rotates
+/// every head of one token by precomputed cos/sin values. The packet kernel
+/// (backend/simd/rotary.hpp) overloads rope_rotate() for every tag with packets and hands
+/// it what it does not take; include backend/rotary.hpp to see them all.
 ///
 /// One routine serves both pairings: pair i is the dims (a, b) = (i * step, i * step + offset)
 ///
@@ -14,11 +15,11 @@
 ///     y_a = x_a cos_i - x_b sin_i
 ///     y_b = x_b cos_i + x_a sin_i        (the inverse: the same with sin_i negated)
 ///
-/// The dims past the rotary dim r (partial rotary) are copied unchanged when the output is
-/// a different buffer, and not touched at all in place.
+/// (math::rotate_pair). The dims past the rotary dim r (partial rotary) are copied
+/// unchanged when the output is a different buffer, and not touched at all in place.
 ///
 /// Storage and arithmetic types: a token stores T and carries cos/sin of type C, its
-/// arithmetic type (rope_real_t<T>: float and double compute in themselves, Eigen::half and
+/// arithmetic type (real_t<T>: float and double compute in themselves, Eigen::half and
 /// Eigen::bfloat16 in float). Each element is widened to C, rotated with exactly the
 /// arithmetic of a C token, and rounded once to T (Eigen's round-to-nearest-even), so a
 /// half/bfloat16 result is T(the float kernel applied to float(x)) bit for bit.
@@ -28,30 +29,19 @@
 
 #include "../../config.hpp"
 #include "../../core/backend.hpp"
-#include "../../core/view.hpp"
+#include "../../core/types.hpp"
+#include "../../math/rotation.hpp"
 
 namespace posenc {
-namespace backend {
-
-/// The arithmetic type of RoPE storage type T: double for double, float for float,
-/// Eigen::half and Eigen::bfloat16 (16-bit storage, float maths).
-template <class T>
-using rope_real_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
-
-/// True for the storage types the RoPE kernels accept: float, double, Eigen::half,
-/// Eigen::bfloat16.
-template <class T>
-inline constexpr bool is_rope_storage_v =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::half> ||
-    std::is_same_v<T, Eigen::bfloat16>;
+namespace kernels {
 
 /// The heads of one token and the rotation to apply to them; the arguments of
-/// rope_rotate(). Built by the validating entry points in encoding/rotary/rotary.hpp, so a
-/// kernel may assume: 0 < rotary_dim <= head_dim, rotary_dim even, pair_step/pair_offset
-/// one of the two pairings above, `cos`/`sin` hold rotary_dim/2 values, and `out` either is
-/// exactly `in` (same pointer and strides: in place) or does not overlap it.
+/// rope_rotate(). Built by the validating entry points in encoding/rotary/, so a kernel
+/// may assume: 0 < rotary_dim <= head_dim, rotary_dim even, pair_step/pair_offset one of
+/// the two pairings above, `cos`/`sin` hold rotary_dim/2 values, and `out` either is
+/// exactly `in` (same pointer and strides: in place) or shares no element with it.
 /// T: the storage type of `in`/`out`; C: the type of `cos`/`sin` and of the arithmetic
-/// (rope_real_t<T> for the entry points; C = T for float and double).
+/// (real_t<T> for the entry points; C = T for float and double).
 template <class T, class C = T>
 struct rope_token {
   const T* in = nullptr;     ///< first element of head 0
@@ -74,9 +64,8 @@ struct rope_token {
 };
 
 /// Calls that read more bytes of Q and K than this set rope_token::streaming: their data
-/// is taken to come from memory, not from the caches. 8 MiB: on a Zen 4 core (1 MiB L2, a
-/// shared 32 MiB L3) the four-head walk stayed ahead up to 8-10 MiB of Q (20-27 % at 6-8
-/// MiB on AVX-512, level on AVX2) and fell to half the speed past 12 MiB (docs/backends.md).
+/// is taken to come from memory, not from the caches (8 MiB: where the packet kernel's
+/// cache-friendly head walk stopped paying on the CPUs measured, docs/backends.md).
 inline constexpr Index rope_streaming_bytes = Index(8) << 20;
 
 /// rope_token::streaming for a call over `values` elements of T (in double: the extents of
@@ -98,12 +87,11 @@ POSENC_INLINE void rope_rotate_head(const T* x, T* y, InStride is, OutStride os,
   for (Index i = 0; i < pairs; ++i) {
     const Index a = i * step;
     const Index b = a + offset;
-    const C c = cos[i];
     const C s = sign * sin[i];  // sign is +1 or -1: exact
-    const C xa = static_cast<C>(x[a * is]);
-    const C xb = static_cast<C>(x[b * is]);
-    y[a * os] = static_cast<T>(xa * c - xb * s);
-    y[b * os] = static_cast<T>(xb * c + xa * s);
+    C ya, yb;
+    math::rotate_pair(static_cast<C>(x[a * is]), static_cast<C>(x[b * is]), cos[i], s, ya, yb);
+    y[a * os] = static_cast<T>(ya);
+    y[b * os] = static_cast<T>(yb);
   }
 }
 
@@ -111,7 +99,8 @@ POSENC_INLINE void rope_rotate_head(const T* x, T* y, InStride is, OutStride os,
 
 /// Rotates all heads of one token (portable reference kernel). Never throws.
 template <class T, class C>
-inline void rope_rotate(scalar const&, const rope_token<T, C>& t) noexcept {
+inline void rope_rotate(backend::scalar const&, const rope_token<T, C>& t) noexcept {
+  POSENC_KERNEL_TRACE("rope_rotate", "scalar");
   const Index pairs = t.rotary_dim / 2;
   const bool copy_tail = static_cast<const T*>(t.out) != t.in;
   const bool contiguous = t.in_dim_stride == 1 && t.out_dim_stride == 1;
@@ -135,5 +124,5 @@ inline void rope_rotate(scalar const&, const rope_token<T, C>& t) noexcept {
   }
 }
 
-}  // namespace backend
+}  // namespace kernels
 }  // namespace posenc

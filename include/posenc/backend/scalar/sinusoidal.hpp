@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// The portable sinusoidal-table kernel: writes (or adds) the rows PE(p) for a run of
-/// positions. Other backends overload sinusoidal_rows() on their own tag; a tag without
-/// its own overload falls back to this one (see core/backend.hpp).
+/// The sinusoidal-table kernel's arguments (sinusoidal_rows_args) and its portable
+/// implementation: writes (or adds) the rows PE(p) for a run of positions. The packet
+/// kernel (backend/simd/sinusoidal.hpp) overloads sinusoidal_rows() for every tag with
+/// packets; include backend/sinusoidal.hpp to see them all.
 ///
 /// Pair i has angle a_i(p) = double(p) * inv_freq[i] (always formed in double) and lands
 /// at columns (i * sin_step, i * sin_step + cos_offset):
@@ -16,10 +17,11 @@
 #include <cmath>
 
 #include "../../core/backend.hpp"
-#include "../../core/view.hpp"
+#include "../../core/types.hpp"
+#include "../../math/rotation.hpp"
 
 namespace posenc {
-namespace backend {
+namespace kernels {
 
 /// What to write and where; the arguments of sinusoidal_rows(). Built by the validating
 /// entry points in encoding/sinusoidal.hpp, so a kernel may assume: 2 * pairs <= dim,
@@ -47,16 +49,16 @@ struct sinusoidal_rows_args {
 /// Writes or accumulates the sinusoidal rows (portable reference kernel). Never throws.
 /// sin and cos are evaluated in double and rounded to T once.
 template <class T>
-inline void sinusoidal_rows(scalar const&, const sinusoidal_rows_args<T>& a) noexcept {
+inline void sinusoidal_rows(backend::scalar const&, const sinusoidal_rows_args<T>& a) noexcept {
+  POSENC_KERNEL_TRACE("sinusoidal_rows", "scalar");
   // rows: one position each
   for (Index r = 0; r < a.rows; ++r) {
     const Index pos = a.positions ? a.positions[r] : a.first_position + r;
     T* y = a.out + r * a.row_stride;
     const bool zero_row = a.has_zero_position && pos == a.zero_position;
-    const double p = static_cast<double>(pos);
     // pairs: sin at the pair's first column, cos at its second
     for (Index i = 0; i < a.pairs; ++i) {
-      const double angle = p * a.inv_freq[i];
+      const double angle = math::angle(pos, a.inv_freq[i]);
       const T s = zero_row ? T(0) : static_cast<T>(std::sin(angle));
       const T c = zero_row ? T(0) : static_cast<T>(std::cos(angle));
       T& ys = y[(i * a.sin_step) * a.col_stride];
@@ -77,5 +79,5 @@ inline void sinusoidal_rows(scalar const&, const sinusoidal_rows_args<T>& a) noe
   }
 }
 
-}  // namespace backend
+}  // namespace kernels
 }  // namespace posenc

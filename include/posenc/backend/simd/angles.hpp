@@ -38,8 +38,9 @@
 #include <utility>
 #include <vector>
 
-#include "../../core/view.hpp"
-#include "packet.hpp"
+#include "../../core/types.hpp"
+#include "../../math/rotation.hpp"
+#include "packets.hpp"
 
 namespace posenc {
 namespace simd {
@@ -73,7 +74,7 @@ class fine_angles {
     if (filled_[f]) return;
     const Index n = size();
     for (Index i = 0; i < n; ++i) {
-      const double a = static_cast<double>(f) * w_[static_cast<std::size_t>(i)];
+      const double a = math::angle(f, w_[static_cast<std::size_t>(i)]);
       sin_[static_cast<std::size_t>(f * n + i)] = std::sin(a);
       cos_[static_cast<std::size_t>(f * n + i)] = std::cos(a);
     }
@@ -158,15 +159,15 @@ class angle_addition {
   template <class Sink>
   static void combine(packet_type sc, packet_type cc, packet_type sf, packet_type cf, Index i,
                       int lanes, Sink& sink) noexcept {
-    const packet_type s = fmadd(sc, cf, cc * sf);   // sin P cos f + cos P sin f
-    const packet_type c = fnmadd(sc, sf, cc * cf);  // cos P cos f - sin P sin f
+    packet_type s, c;
+    math::angle_sum(sc, cc, sf, cf, s, c);  // sin/cos(P w + f w)
     sink(i, s, c, lanes);
   }
 
   void set_coarse(Index base) noexcept {
     const double* w = fine_->frequencies();
     for (Index i = 0; i < size(); ++i) {
-      const double a = static_cast<double>(base) * w[i];
+      const double a = math::angle(base, w[i]);
       coarse_sin_[static_cast<std::size_t>(i)] = std::sin(a);
       coarse_cos_[static_cast<std::size_t>(i)] = std::cos(a);
     }

@@ -19,6 +19,8 @@ template <>
 struct packet<float, backend::avx2> {
   using value_type = float;
   static constexpr int size = 8;
+  /// Vector registers of the architecture (register blocking sizes its tiles by it).
+  static constexpr int registers = 16;
   __m256 v;
 
   /// Lane mask with lanes [0, n) set, for vmaskmov.
@@ -61,6 +63,8 @@ template <>
 struct packet<double, backend::avx2> {
   using value_type = double;
   static constexpr int size = 4;
+  /// Vector registers of the architecture (register blocking sizes its tiles by it).
+  static constexpr int registers = 16;
   __m256d v;
 
   static __m256i mask(int n) noexcept {

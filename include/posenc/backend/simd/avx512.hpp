@@ -23,6 +23,8 @@ template <>
 struct packet<float, backend::avx512> {
   using value_type = float;
   static constexpr int size = 16;
+  /// Vector registers of the architecture (register blocking sizes its tiles by it).
+  static constexpr int registers = 32;
   __m512 v;
 
   static __mmask16 mask(int n) noexcept {
@@ -52,6 +54,8 @@ template <>
 struct packet<double, backend::avx512> {
   using value_type = double;
   static constexpr int size = 8;
+  /// Vector registers of the architecture (register blocking sizes its tiles by it).
+  static constexpr int registers = 32;
   __m512d v;
 
   static __mmask8 mask(int n) noexcept {

@@ -49,58 +49,41 @@
 #include <type_traits>
 
 #include "../../config.hpp"
+#include "../../math/alibi.hpp"
 #include "../scalar/flash.hpp"
-#include "avx2.hpp"
-#include "avx512.hpp"
-#include "neon.hpp"
+#include "packets.hpp"
 
 namespace posenc {
-namespace detail {
+namespace kernels {
 namespace flash {
 namespace lanes {
 
 /// Register tile of a tag: `rows` vectors of query rows by `cols` keys or value dims, and
-/// the most K and V floats a 256-key tile may hold (key_tile). Undefined for tags without
-/// float packets in this compilation.
-template <class Arch, class = void>
-struct register_tile;
-/// 32 vector registers (zmm, or NEON's q): 4 x 6 accumulators + 4 rows + 1 broadcast;
-/// 256-key tiles at any head size.
-struct register_tile_32 {
-  static constexpr int rows = 4, cols = 6;
-  static constexpr Index kv_floats = std::numeric_limits<Index>::max();
-};
-#if POSENC_ARCH_AVX2
-/// 16 ymm registers: 2 x 6 accumulators + 2 rows + 1 broadcast; 128-key tiles once
-/// d + dv > 64 (see key_tile).
-template <>
-struct register_tile<backend::avx2> {
-  static constexpr int rows = 2, cols = 6;
-  static constexpr Index kv_floats = 256 * 64;
-};
-#endif
-#if POSENC_ARCH_AVX512
-template <>
-struct register_tile<backend::avx512> : register_tile_32 {};
-#endif
-#if POSENC_ARCH_NEON
-template <>
-struct register_tile<backend::neon> : register_tile_32 {};
-#endif
-
-/// True for the tags this kernel serves in this compilation.
-template <class Arch, class = void>
-struct has_kernel : std::false_type {};
+/// the most K and V floats a 256-key tile may hold (key_tile), from the number of vector
+/// registers its float packet declares:
+///   32 (zmm, NEON's q): 4 x 6 accumulators + 4 rows + 1 broadcast; 256-key tiles always;
+///   16 (ymm):           2 x 6 accumulators + 2 rows + 1 broadcast; 128-key tiles once
+///                       d + dv > 64.
 template <class Arch>
-struct has_kernel<Arch, std::void_t<decltype(register_tile<Arch>::rows)>> : std::true_type {};
+struct register_tile {
+  static constexpr bool wide = simd::packet<float, Arch>::registers >= 32;
+  static constexpr int rows = wide ? 4 : 2, cols = 6;
+  static constexpr Index kv_floats = wide ? std::numeric_limits<Index>::max() : 256 * 64;
+};
 
-/// Which calls this kernel takes (see the file comment).
+/// True for the tags this kernel serves in this compilation: those with float packets, or
+/// built on a tag that has them (simd::packet_arch_t).
+template <class Tag>
+inline constexpr bool has_kernel_v = simd::has_packet_arch_v<Tag>;
+
+/// Which calls this kernel takes (see the file comment): float working precision, and a
+/// policy without a score or value term whose bias, if any, it generates per lane.
 template <class Policy, class Real>
 constexpr bool supports() {
+  constexpr position_bias form = bias_form_v<Policy>;
   return std::is_same_v<Real, float> &&
-         (!Policy::has_bias || std::is_same_v<Policy, alibi_policy> ||
-          std::is_same_v<Policy, t5_bias_policy>)&&!Policy::has_score_term &&
-         !Policy::has_value_term && !is_shaw<Policy>::value;
+         (form == position_bias::none || form == position_bias::linear_distance ||
+          form == position_bias::distance_table);
 }
 
 /// α = 1 for every row of a register tile (a P·V segment after the rescale): enough for
@@ -109,21 +92,20 @@ alignas(64) inline constexpr float ones[64] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
-/// ALiBi inside the tile, per lane: bias = -m · |ref - j|, j counted from the tile's first
-/// key, m the slope times log2(e). ref is the row's position (symmetric form, while the
-/// row sees its own position) or its last visible key (causal form, or a symmetric row
-/// past every visible key), minus the tile's first key: the portable kernel's row shift
-/// (integer distances below 2^24 are exact in float). (In the last two cases ref - j >= 0
-/// at every visible key, so one |.| serves all three.)
+/// A linear-distance bias (ALiBi) inside the tile, per lane: bias = -m · |ref - j|, j
+/// counted from the tile's first key, m the slope times log2(e), ref the row's
+/// math::alibi_reference minus the tile's first key: the portable kernel's row shift
+/// (integer distances below 2^24 are exact in float).
 ///
-/// T5 inside the tile: the bias of lane i (position p0 + i) at key j0 + j is
-/// log2(e) · bias_by_rel[j0 + j - p0 - i - rel_min]: in the reversed float table
-/// (head_context::t5_reversed) the lanes of a vector are consecutive entries from t5 - j.
+/// A distance table (T5) inside the tile: the bias of lane i (position p0 + i) at key
+/// j0 + j is log2(e) · bias_by_rel[j0 + j - p0 - i - rel_min]: in the reversed float table
+/// (head_context::table_reversed) the lanes of a vector are consecutive entries from
+/// table - j.
 struct lane_bias {
   bool on = false;
   float m = 0.0f;
-  const float* ref = nullptr;  ///< ALiBi: per lane
-  const float* t5 = nullptr;   ///< T5: key 0's entries (nullptr: ALiBi)
+  const float* ref = nullptr;    ///< linear distance: per lane
+  const float* table = nullptr;  ///< distance table: key 0's entries (nullptr: linear)
 };
 
 /// 2^x for x <= 0 or NaN (the softmax's arguments): n = round(x), r = x - n (exact, |r|
@@ -238,10 +220,10 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
                           double* l, float* alpha, const lane_bias& bias) noexcept {
   const P neg_inf = P::broadcast(-std::numeric_limits<float>::infinity());
   const P visible = P::load(vis);
-  if (bias.on && bias.t5) {  // add the bias once, in place: both passes below read it
+  if (bias.on && bias.table) {  // add the bias once, in place: both passes below read it
     for (Index j = 0; j < nk; ++j) {
       float* s = st + j * lds;
-      (P::load(s) + P::load(bias.t5 - j)).store(s);
+      (P::load(s) + P::load(bias.table - j)).store(s);
     }
   } else if (bias.on) {
     const P ref = P::load(bias.ref), slope = P::broadcast(bias.m);
@@ -300,12 +282,10 @@ inline void softmax_lanes(float* st, Index lds, Index nk, const float* vis, Inde
 
 /// Keys per tile: 256 (the portable kernel's), or 128 where K and V rows take more than
 /// `register_tile::kv_floats / 256` floats together. With heads interleaved ([B, L, H, d])
-/// the rows of a tile lie H·d floats apart and share a fraction of L2's sets; the AVX2
-/// kernel, which streams each tile through L1 for eight vectors of rows, ran about 10 %
-/// faster at d = dv = 128 with 128-key tiles, and at d = dv = 64 4-6 % faster at N = 512,
-/// 3-9 % at N = 8192, level at 2048 (a 128-key tile's K, 32 KiB, no longer evicts the
-/// logits the softmax reads next). AVX-512 at d = 64 and 128: 0-5 % slower at N = 512,
-/// mixed above; 256 kept.
+/// the rows of a tile lie H·d floats apart and share a fraction of L2's sets; a 16-register
+/// kernel streams each tile through L1 for eight vectors of rows, and a 128-key tile's K
+/// (32 KiB at d = 64) no longer evicts the logits the softmax reads next. A/B runs:
+/// docs/benchmarks-history.md.
 template <class Arch>
 inline Index key_tile(Index d, Index dv) noexcept {
   return (d + dv) * 256 <= register_tile<Arch>::kv_floats ? 256 : 128;
@@ -314,7 +294,7 @@ inline Index key_tile(Index d, Index dv) noexcept {
 /// dst[c, r] = src[r, c] for r < rows, c < cols: W x W squares in registers
 /// (P::transpose), the edges element by element. The block's queries go in (Q -> Qt) and
 /// its outputs come out (Ot -> O) this way: element by element (strided loads or stores),
-/// the two were 4-5 % of a 512-query causal attention's time (perf, AVX2, d = 128).
+/// the two took a visible share of a short causal attention's time.
 template <class P>
 inline void transpose(const float* src, Index lds, Index rows, Index cols, float* dst,
                       Index ldd) noexcept {
@@ -341,20 +321,22 @@ inline Index padded_rows(Index nb) noexcept {
 
 /// Loads a block like the portable kernel, then (when this kernel takes the call)
 /// transposes it to Qt and resets the lane statistics of the padding rows.
-template <class Policy, class Real, class TQ, class Arch,
-          std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
+template <class Policy, class Real, class TQ, class Tag,
+          std::enable_if_t<lanes::has_kernel_v<Tag>, int> = 0>
 Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
                   const strided_view<TQ, 2>& q, Index r0, Index nb, workspace<Real>& ws,
-                  Arch const&) noexcept {
+                  Tag const&) noexcept {
+  using Arch = simd::packet_arch_t<Tag>;
   bool take = false;
   if constexpr (lanes::supports<Policy, Real>()) {
     const attention_mask& mask = *ci.mask;
     const bool exact_distances =
-        !std::is_same_v<Policy, alibi_policy> || ci.shape.len_k < (Index(1) << 24);
+        bias_form_v<Policy> != position_bias::linear_distance || ci.shape.len_k < (Index(1) << 24);
     take = nb > tiles<Real>::decode_rows && mask.allowed.size() == 0 && mask.additive.size() == 0 &&
            exact_distances;
   }
   if (!take) return begin_block(hc, ci, q, r0, nb, ws, backend::scalar{});
+  POSENC_KERNEL_TRACE("flash_tiles", Arch::name());
   call_info base2 = ci;  // base-2 logits (see the file comment)
   base2.scale = ci.scale * log2_e;
   const Index max_lim = load_block(hc, base2, q, r0, nb, ws);
@@ -375,10 +357,10 @@ Index begin_block(const head_context<Policy, Real>& hc, const call_info& ci,
 }
 
 /// Visits keys [kbeg, kend) for the block's rows (see the file comment).
-template <class Policy, class Real, class Arch,
-          std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
+template <class Policy, class Real, class Tag, std::enable_if_t<lanes::has_kernel_v<Tag>, int> = 0>
 void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index r0, Index nb,
-                Index kbeg, Index kend, workspace<Real>& ws, Arch const&) noexcept {
+                Index kbeg, Index kend, workspace<Real>& ws, Tag const&) noexcept {
+  using Arch = simd::packet_arch_t<Tag>;
   if constexpr (lanes::supports<Policy, Real>()) {
     if (ws.lanes) {
       using P = simd::packet<float, Arch>;
@@ -393,20 +375,21 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
       alignas(64) float ref[tiles<Real>::block_q];
       alignas(64) float alpha[tiles<Real>::block_q];
       lanes::lane_bias bias;
-      if constexpr (std::is_same_v<Policy, alibi_policy>) {
+      constexpr position_bias form = bias_form_v<Policy>;
+      if constexpr (form == position_bias::linear_distance) {
         bias.on = true;
-        bias.m = static_cast<float>(hc.head.m * log2_e);
+        bias.m = static_cast<float>(hc.head.slope * log2_e);
         bias.ref = ref;
       }
-      if constexpr (std::is_same_v<Policy, t5_bias_policy>) bias.on = true;
+      if constexpr (form == position_bias::distance_table) bias.on = true;
       const Index ldv = ws.vt.cols();
       for (Index j0 = kbeg; j0 < kend; j0 += bk) {
         const Index nk = std::min(bk, kend - j0);
         // The tile's V rows, copied to rows dv + 16 floats apart: in the caller's
         // [.., L, H, dv] layout they lie H·dv floats apart, often a multiple of 4 KiB, and a
         // P·V pass (one line of each of nk rows) would then keep them in a few of L1's sets
-        // and miss at every key. The copy made attention 7-25 % faster at d = 128, 3-6 %
-        // at d = 64 (AVX-512 and AVX2, docs/benchmarks.md); a copy of K gained nothing.
+        // and miss at every key (the copy pays most at d = 128; a copy of K gained nothing:
+        // docs/benchmarks-history.md).
         // (Rows not read in place are converted straight into the copy.)
         if (hc.v.tile(j0, nk, ws.vt.data(), ldv).data != ws.vt.data())
           for (Index j = 0; j < nk; ++j) {
@@ -422,22 +405,24 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
           vis[r] = std::clamp<Index>(ws.lim[static_cast<std::size_t>(r)] - j0, 0, nk);
           visf[r] = static_cast<float>(vis[r]);
         }
-        if constexpr (std::is_same_v<Policy, alibi_policy>) {
+        if constexpr (form == position_bias::linear_distance) {
           // |ref| <= len_k < 2^24 where a row sees a key (begin_block checked len_k), so
           // the float is exact
           for (Index r = 0; r < w; ++r) {
             // padding rows (lim = 0) never form their position: it may not be representable
-            const Index lim = ws.lim[static_cast<std::size_t>(r)], last = lim - 1;
-            const bool sym = hc.head.symmetric && lim > 0 && ci.shape.q_offset + r0 + r <= last;
-            ref[r] = lim == 0 ? 0.0f
-                              : static_cast<float>((sym ? ci.shape.q_offset + r0 + r : last) - j0);
+            const Index lim = ws.lim[static_cast<std::size_t>(r)];
+            ref[r] = lim == 0
+                         ? 0.0f
+                         : static_cast<float>(math::alibi_reference(ci.shape.q_offset + r0 + r,
+                                                                    lim - 1, hc.head.symmetric) -
+                                              j0);
           }
         }
         // The next tile's K and V rows, a slice per group of rows, into L2: rows H·d floats
         // apart start a new page every row or two, where the hardware prefetchers stop, so
-        // the first group's pass over a tile missed L2 at every row. 8-10 % at N = 2048,
-        // d = 128, 10-24 % at N = 8192 (AVX2 and AVX-512, docs/benchmarks.md); the same
-        // prefetch into L1 gained nothing (a whole tile evicts the one being worked on).
+        // the first group's pass over a tile missed L2 at every row (docs/benchmarks-
+        // history.md); the same prefetch into L1 gained nothing (a whole tile evicts the
+        // one being worked on).
         const Index next = j0 + nk, next_n = std::min(bk, kend - next),
                     groups = (vectors + RV - 1) / RV;
         for (Index rv = 0; rv < vectors; rv += RV) {
@@ -471,13 +456,13 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
           for (int v = 0; v < nr; ++v) {
             float* st = ws.st.data() + (rv + v) * W;
             const Index o = (rv + v) * W;
-            if constexpr (std::is_same_v<Policy, alibi_policy>) bias.ref = ref + o;
-            if constexpr (std::is_same_v<Policy, t5_bias_policy>) {
+            if constexpr (form == position_bias::linear_distance) bias.ref = ref + o;
+            if constexpr (form == position_bias::distance_table) {
               // entry of lane 0 (a real row) at key j0: t = size - 1 - (j0 - p0 - rel_min)
               const Index p0 = ci.shape.q_offset + r0 + o;
               const Index t =
                   static_cast<Index>(hc.head.bias_by_rel.size()) - 1 - (j0 - p0 - hc.head.rel_min);
-              bias.t5 = hc.t5_reversed.data() + t;
+              bias.table = hc.table_reversed.data() + t;
             }
             lanes::softmax_lanes<P>(st, lds, ext[v], visf + o, low[v], ws.m.data() + o,
                                     ws.l.data() + o, alpha + o, bias);
@@ -516,10 +501,11 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
 }
 
 /// Normalises and writes the block (transposing back from Ot when this kernel ran it).
-template <class Policy, class Real, class TO, class Arch,
-          std::enable_if_t<lanes::has_kernel<Arch>::value, int> = 0>
+template <class Policy, class Real, class TO, class Tag,
+          std::enable_if_t<lanes::has_kernel_v<Tag>, int> = 0>
 void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb, workspace<Real>& ws,
-                  const strided_view<TO, 2>& out, Arch const&) noexcept {
+                  const strided_view<TO, 2>& out, Tag const&) noexcept {
+  using Arch = simd::packet_arch_t<Tag>;
   if (!ws.lanes) {
     finish_block(hc, r0, nb, ws, out, backend::scalar{});
     return;
@@ -531,5 +517,5 @@ void finish_block(const head_context<Policy, Real>& hc, Index r0, Index nb, work
 }
 
 }  // namespace flash
-}  // namespace detail
+}  // namespace kernels
 }  // namespace posenc

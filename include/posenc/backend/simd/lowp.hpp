@@ -5,7 +5,7 @@
 /// also serves float and double (as plain packet loads and stores).
 ///
 ///     storage_io<T, Arch>::available      true when T has packet loads/stores on Arch
-///     storage_io<T, Arch>::packet_type    packet<rope_real_t<T>, Arch>: float for half/bf16
+///     storage_io<T, Arch>::packet_type    packet<real_t<T>, Arch>: float for half/bf16
 ///     load(p)  load_partial(p, n)         P::size values of T (lanes [0, n), the rest 0)
 ///     store(p, v)  store_partial(p, v, n) rounded to T; store_partial writes only n values
 ///
@@ -51,11 +51,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../scalar/rotary.hpp"
-#include "avx2.hpp"
-#include "avx512.hpp"
-#include "neon.hpp"
-#include "packet.hpp"
+#include "../../core/types.hpp"
+#include "packets.hpp"
 
 /// 1 when float -> bfloat16 packet narrowing uses AVX512_BF16 (see the file comment).
 #if POSENC_ARCH_AVX512 && defined(__AVX512BF16__)
@@ -420,7 +417,7 @@ struct storage_io<Eigen::bfloat16, backend::neon, void> {
 /// g++ on plain x86-64, where Eigen converts in software).
 template <class Arch, class T>
 inline void widen(const T* src, Index n, float* dst) noexcept {
-  if constexpr (has_storage_io_v<T, Arch> && std::is_same_v<backend::rope_real_t<T>, float>) {
+  if constexpr (has_storage_io_v<T, Arch> && std::is_same_v<real_t<T>, float>) {
     using IO = storage_io<T, Arch>;
     constexpr Index W = IO::packet_type::size;
     Index i = 0;

@@ -19,6 +19,8 @@ template <>
 struct packet<float, backend::neon> {
   using value_type = float;
   static constexpr int size = 4;
+  /// Vector registers of the architecture (register blocking sizes its tiles by it).
+  static constexpr int registers = 32;
   float32x4_t v;
 
   static packet load(const float* p) noexcept { return {vld1q_f32(p)}; }
@@ -53,6 +55,8 @@ template <>
 struct packet<double, backend::neon> {
   using value_type = double;
   static constexpr int size = 2;
+  /// Vector registers of the architecture (register blocking sizes its tiles by it).
+  static constexpr int registers = 32;
   float64x2_t v;
 
   static packet load(const double* p) noexcept { return {vld1q_f64(p)}; }

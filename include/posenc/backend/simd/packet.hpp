@@ -15,6 +15,7 @@
 /// operations, all `noexcept` and never reading or writing outside the lanes asked for:
 ///
 ///     P::size                         lanes
+///     P::registers                    vector registers of the architecture (16 or 32)
 ///     P::load(p)  P::broadcast(x)  P::zero()           unaligned load, splat, zeros
 ///     P::load_partial(p, n)           lanes [0, n) from p, the rest 0; reads only n values
 ///     a.store(p)  a.store_partial(p, n)                 unaligned store of all / n lanes
@@ -45,6 +46,7 @@
 #include <type_traits>
 
 #include "../../core/backend.hpp"
+#include "../../core/types.hpp"
 
 namespace posenc {
 namespace simd {

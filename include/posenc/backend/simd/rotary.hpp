@@ -1,10 +1,12 @@
 #pragma once
 /// \file
-/// The vectorised RoPE rotation, written once on packets and instantiated per architecture
-/// by backend/{avx2,avx512,neon}/rotary.hpp. Same contract as the portable kernel in
-/// backend/scalar/rotary.hpp (y_a = x_a c - x_b s, y_b = x_b c + x_a s), computed with one
-/// explicit fused multiply-add per output: the cos product is rounded, the sin product is
-/// fused into the sum,
+/// The vectorised RoPE rotation, written once on packets: rope_rotate() for every tag
+/// whose packets this compilation defines (avx2, avx512, neon: one constrained overload,
+/// so which kernel runs never depends on which headers a file included). Same contract as
+/// the portable kernel in backend/scalar/rotary.hpp (y_a = x_a c - x_b s,
+/// y_b = x_b c + x_a s), computed with one explicit fused multiply-add per output
+/// (math::rotate_pair_fused): the cos product is rounded, the sin product is fused into the
+/// sum,
 ///
 ///     y_a = fl(fl(x_a c) - x_b s)      y_b = fl(fl(x_b c) + x_a s)
 ///
@@ -27,7 +29,11 @@
 ///     interleaved  chunk e: x = [a0 b0 a1 b1 ...] (W values), c = [c0 c0 c1 c1 ...],
 ///                  s = [-s0 s0 -s1 s1 ...]:  y = fmadd(swap_pairs(x), s, x c)
 ///
-/// Tokens whose dims are not contiguous (dim stride != 1) go to the scalar kernel.
+/// Tokens whose dims are not contiguous (dim stride != 1: a column-major matrix, a strided
+/// view) are copied a few heads at a time into a contiguous stack buffer, rotated there in
+/// place and copied out: the same bits as a contiguous token, at packet speed. Storage
+/// types without packet loads on the tag, and heads wider than the buffer, go to the
+/// scalar kernel.
 ///
 /// 16-bit storage (Eigen::half, Eigen::bfloat16; lowp.hpp): the same loop on float packets,
 /// with each load widened to float and each store rounded once to T (round to nearest
@@ -41,9 +47,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "../../math/rotation.hpp"
 #include "../scalar/rotary.hpp"
 #include "lowp.hpp"
-#include "packet.hpp"
+#include "packets.hpp"
 
 namespace posenc {
 namespace simd {
@@ -52,11 +59,14 @@ namespace simd {
 /// stack ([c0 c0 c1 c1 ...], [-s0 s0 -s1 s1 ...]); wider rotations expand per chunk.
 inline constexpr Index rope_stack_dims = 1024;
 
+template <class Arch, class T, class C>
+void rope_rotate(const kernels::rope_token<T, C>& t) noexcept;
+
 namespace detail {
 
 /// Partial rotary: dims [r, D) pass through bit for bit (only out of place).
 template <class T, class C>
-void rope_copy_tail(const backend::rope_token<T, C>& t) noexcept {
+void rope_copy_tail(const kernels::rope_token<T, C>& t) noexcept {
   const Index r = t.rotary_dim;
   if (static_cast<const T*>(t.out) != t.in && r < t.head_dim)
     for (Index h = 0; h < t.heads; ++h)
@@ -67,9 +77,10 @@ void rope_copy_tail(const backend::rope_token<T, C>& t) noexcept {
 /// The half pairing of one token, K > 0: the first K packets of cos/sin held in registers
 /// across heads (K = pairs / W, at most 8: 16 registers); K = 0: every packet reloaded
 /// (wide rotations). Heads stay outermost and each head is streamed in dim order: a
-/// heads-inner order that also keeps cos/sin in registers was 1.6x slower on a 64 MiB Q.
+/// heads-inner order that also keeps cos/sin in registers was slower from memory
+/// (docs/benchmarks-history.md).
 template <int K, class Arch, class T, class C>
-void rope_half(const backend::rope_token<T, C>& t) noexcept {
+void rope_half(const kernels::rope_token<T, C>& t) noexcept {
   using IO = storage_io<T, Arch>;
   using P = typename IO::packet_type;
   constexpr int W = P::size;
@@ -89,43 +100,78 @@ void rope_half(const backend::rope_token<T, C>& t) noexcept {
     const T* x = in + h * ihs;
     T* y = out + h * ohs;
     for (int k = 0; k < K; ++k) {
-      const P a = IO::load(x + k * W), b = IO::load(x + k * W + off);
-      IO::store(y + k * W, fnmadd(b, s[k], a * c[k]));
-      IO::store(y + k * W + off, fmadd(a, s[k], b * c[k]));
+      P ya, yb;
+      math::rotate_pair_fused(IO::load(x + k * W), IO::load(x + k * W + off), c[k], s[k], ya, yb);
+      IO::store(y + k * W, ya);
+      IO::store(y + k * W + off, yb);
     }
     Index i = K * W;
     if constexpr (K == 0)
       for (; i + W <= pairs; i += W) {
-        const P ci = P::load(cs + i), si = sign * P::load(sn + i);
-        const P a = IO::load(x + i), b = IO::load(x + i + off);
-        IO::store(y + i, fnmadd(b, si, a * ci));
-        IO::store(y + i + off, fmadd(a, si, b * ci));
+        P ya, yb;
+        math::rotate_pair_fused(IO::load(x + i), IO::load(x + i + off), P::load(cs + i),
+                                sign * P::load(sn + i), ya, yb);
+        IO::store(y + i, ya);
+        IO::store(y + i + off, yb);
       }
     if (i < pairs) {
       const int lanes = static_cast<int>(pairs - i);
-      const P ci = P::load_partial(cs + i, lanes);
-      const P si = sign * P::load_partial(sn + i, lanes);
-      const P a = IO::load_partial(x + i, lanes), b = IO::load_partial(x + i + off, lanes);
-      IO::store_partial(y + i, fnmadd(b, si, a * ci), lanes);
-      IO::store_partial(y + i + off, fmadd(a, si, b * ci), lanes);
+      P ya, yb;
+      math::rotate_pair_fused(IO::load_partial(x + i, lanes), IO::load_partial(x + i + off, lanes),
+                              P::load_partial(cs + i, lanes), sign * P::load_partial(sn + i, lanes),
+                              ya, yb);
+      IO::store_partial(y + i, ya, lanes);
+      IO::store_partial(y + i + off, yb, lanes);
     }
   }
   rope_copy_tail(t);
 }
 
+/// Elements of T in the stack buffer of rope_rotate_strided.
+inline constexpr Index rope_strided_buffer = 2048;
+
+/// A token whose dims are strided: its heads, as many at a time as fill the buffer,
+/// gathered into contiguous rows, rotated in place by the packet kernel, scattered back
+/// (the whole head dim, so a partial-rotary tail is copied bit for bit out of place).
+template <class Arch, class T, class C>
+void rope_rotate_strided(const kernels::rope_token<T, C>& t) noexcept {
+  const Index D = t.head_dim;
+  if (D > rope_strided_buffer) {
+    kernels::rope_rotate(backend::scalar{}, t);
+    return;
+  }
+  alignas(64) T buf[rope_strided_buffer];
+  const Index per_pass = rope_strided_buffer / D;
+  for (Index h0 = 0; h0 < t.heads; h0 += per_pass) {
+    const Index n = std::min(per_pass, t.heads - h0);
+    for (Index h = 0; h < n; ++h)
+      for (Index d = 0; d < D; ++d)
+        buf[h * D + d] = t.in[(h0 + h) * t.in_head_stride + d * t.in_dim_stride];
+    kernels::rope_token<T, C> c = t;
+    c.in = c.out = buf;
+    c.in_head_stride = c.out_head_stride = D;
+    c.in_dim_stride = c.out_dim_stride = 1;
+    c.heads = n;
+    simd::rope_rotate<Arch>(c);
+    for (Index h = 0; h < n; ++h)
+      for (Index d = 0; d < D; ++d)
+        t.out[(h0 + h) * t.out_head_stride + d * t.out_dim_stride] = buf[h * D + d];
+  }
+}
+
 }  // namespace detail
 
 /// Rotates every head of one token with packets of C on Arch, T loaded and stored through
-/// storage_io<T, Arch>; see backend::rope_rotate().
+/// storage_io<T, Arch>; see kernels::rope_rotate().
 template <class Arch, class T, class C>
-void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
+void rope_rotate(const kernels::rope_token<T, C>& t) noexcept {
   using IO = storage_io<T, Arch>;
   using P = typename IO::packet_type;
   static_assert(std::is_same_v<typename P::value_type, C>,
                 "posenc: the token's cos/sin type must be its storage type's arithmetic type");
   constexpr int W = P::size;
   if (t.in_dim_stride != 1 || t.out_dim_stride != 1) {
-    backend::rope_rotate(backend::scalar{}, t);
+    detail::rope_rotate_strided<Arch>(t);
     return;
   }
   const Index r = t.rotary_dim;
@@ -171,10 +217,9 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
     }
     // In cache, four heads per pass over the expanded cos/sin: one load of each serves
     // four rotations (the stack copy is reloaded from L1 for every packet; an 8-lane
-    // register file cannot hold it); heads one at a time were 1.3-1.5x slower in L2 (AVX2,
-    // and 2x on AVX-512). From memory (t.streaming), one head at a time: four streams 512
-    // bytes apart outran the hardware prefetchers of AMD's Zen 4 and Zen 5 (a 64 MiB Q at
-    // 0.4-0.55x of a read-modify-write pass, 0.9x one head at a time; docs/backends.md).
+    // register file cannot hold it). From memory (t.streaming), one head at a time: four
+    // streams a head apart outran the hardware prefetchers of the AMD CPUs measured
+    // (docs/backends.md).
     constexpr Index group = 4;
     const Index ihs = t.in_head_stride, ohs = t.out_head_stride;
     // g heads from h (a compile-time constant): the g loads are issued before the g
@@ -229,4 +274,22 @@ void rope_rotate(const backend::rope_token<T, C>& t) noexcept {
 }
 
 }  // namespace simd
+
+namespace kernels {
+
+/// Rotates all heads of one token on a tag with packets (avx2, avx512, neon, or a tag
+/// built on one: simd::packet_arch_t): the packet kernel for storage it loads as packets,
+/// the portable kernel otherwise. Never throws.
+template <class Tag, class T, class C, std::enable_if_t<simd::has_packet_arch_v<Tag>, int> = 0>
+inline void rope_rotate(Tag const&, const rope_token<T, C>& t) noexcept {
+  using Arch = simd::packet_arch_t<Tag>;
+  if constexpr (simd::has_storage_io_v<T, Arch> && std::is_same_v<C, real_t<T>>) {
+    POSENC_KERNEL_TRACE("rope_rotate", Arch::name());
+    simd::rope_rotate<Arch>(t);
+  } else {
+    rope_rotate(backend::scalar{}, t);
+  }
+}
+
+}  // namespace kernels
 }  // namespace posenc

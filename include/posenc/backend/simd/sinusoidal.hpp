@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// The vectorised sinusoidal-table kernel, written once on packets and instantiated per
-/// architecture by backend/{avx2,avx512,neon}/sinusoidal.hpp. Same contract as the portable
-/// kernel in backend/scalar/sinusoidal.hpp; sin/cos come from angle addition in double
+/// The vectorised sinusoidal-table kernel, written once on packets: sinusoidal_rows() for
+/// every tag whose packets this compilation defines (one constrained overload). Same contract as
+/// the portable kernel in backend/scalar/sinusoidal.hpp; sin/cos come from angle addition in double
 /// (backend/simd/angles.hpp) instead of one libm call per value, then are rounded once to
 /// the output type.
 ///
@@ -24,7 +24,7 @@
 
 #include "../scalar/sinusoidal.hpp"
 #include "angles.hpp"
-#include "packet.hpp"
+#include "packets.hpp"
 
 namespace posenc {
 namespace simd {
@@ -57,16 +57,16 @@ void store_as(float* y, P v) noexcept {
 }  // namespace detail
 
 /// Writes or accumulates sinusoidal rows with packet<double, Arch>; see
-/// backend::sinusoidal_rows().
+/// kernels::sinusoidal_rows().
 template <class Arch, class T>
-void sinusoidal_rows(const backend::sinusoidal_rows_args<T>& a) noexcept {
+void sinusoidal_rows(const kernels::sinusoidal_rows_args<T>& a) noexcept {
   using PD = packet<double, Arch>;
   using PT = packet<T, Arch>;
   constexpr int W = PD::size;
   const bool interleaved = a.sin_step == 2 && a.cos_offset == 1;
   const bool blocked = a.sin_step == 1 && a.cos_offset == a.pairs;
   if (a.col_stride != 1 || !(interleaved || blocked) || a.rows <= 0) {
-    backend::sinusoidal_rows(backend::scalar{}, a);
+    kernels::sinusoidal_rows(backend::scalar{}, a);
     return;
   }
   const Index width = 2 * a.pairs;  // columns that carry sin/cos; the rest is padding
@@ -77,7 +77,7 @@ void sinusoidal_rows(const backend::sinusoidal_rows_args<T>& a) noexcept {
     gen.emplace(a.inv_freq, a.pairs);
     if (a.accumulate) pe_row.assign(static_cast<std::size_t>(width), T(0));
   } catch (const std::bad_alloc&) {
-    backend::sinusoidal_rows(backend::scalar{}, a);
+    kernels::sinusoidal_rows(backend::scalar{}, a);
     return;
   }
 
@@ -124,4 +124,22 @@ void sinusoidal_rows(const backend::sinusoidal_rows_args<T>& a) noexcept {
 }
 
 }  // namespace simd
+
+namespace kernels {
+
+/// Writes or accumulates sinusoidal rows on a tag with packets (simd::packet_arch_t): the
+/// packet kernel for float and double, the portable kernel otherwise. Never throws.
+template <class Tag, class T, std::enable_if_t<simd::has_packet_arch_v<Tag>, int> = 0>
+inline void sinusoidal_rows(Tag const&, const sinusoidal_rows_args<T>& a) noexcept {
+  using Arch = simd::packet_arch_t<Tag>;
+  if constexpr ((std::is_same_v<T, float> ||
+                 std::is_same_v<T, double>)&&simd::has_packet_v<double, Arch>) {
+    POSENC_KERNEL_TRACE("sinusoidal_rows", Arch::name());
+    simd::sinusoidal_rows<Arch>(a);
+  } else {
+    sinusoidal_rows(backend::scalar{}, a);
+  }
+}
+
+}  // namespace kernels
 }  // namespace posenc

@@ -41,13 +41,10 @@
 #include <vector>
 
 #include "../../backend/simd/angles.hpp"
-// double packets (each empty unless the compiler flags enable its instruction set)
-#include "../../backend/simd/avx2.hpp"
-#include "../../backend/simd/avx512.hpp"
-#include "../../backend/simd/neon.hpp"
 #include "../../core/backend.hpp"
 #include "../../core/error.hpp"
-#include "../../core/view.hpp"
+#include "../../core/types.hpp"
+#include "../../math/rotation.hpp"
 #include "frequencies.hpp"
 
 namespace posenc {
@@ -90,10 +87,8 @@ void rope_row(const rope_frequencies& f, rope_precision precision, Index n, rope
   if (precision == rope_precision::exact) {
     const double pos = static_cast<double>(n);
     for (std::size_t i = 0; i < pairs; ++i) {
-      const double angle = pos * f.inv_freq[i];
       const double scale = f.attention_factor * f.xpos_scale(static_cast<Index>(i), pos, key);
-      cos_out[i] = static_cast<Scalar>(std::cos(angle) * scale);
-      sin_out[i] = static_cast<Scalar>(std::sin(angle) * scale);
+      math::rope_cos_sin(math::angle(n, f.inv_freq[i]), scale, cos_out[i], sin_out[i]);
     }
     return;
   }

@@ -60,17 +60,16 @@ inline std::vector<Index> rope_dim_permutation(Index head_dim, rope_pairing from
 /// by head, from the `from` pairing to `to`. For K under GQA pass the number of KV heads.
 /// Returns a new row-major matrix. Throws posenc::error naming `heads` or `rotary_dim`.
 template <class Derived>
-Eigen::Matrix<typename Derived::Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
-rope_convert_weight(const Eigen::MatrixBase<Derived>& weight, Index heads, rope_pairing from,
-                    rope_pairing to, Index rotary_dim = -1) {
+row_matrix<typename Derived::Scalar> rope_convert_weight(const Eigen::MatrixBase<Derived>& weight,
+                                                         Index heads, rope_pairing from,
+                                                         rope_pairing to, Index rotary_dim = -1) {
   const char* where = "rope_convert_weight";
   detail::require(heads > 0, where, "heads", heads, "must be > 0");
   detail::require(weight.rows() % heads == 0 && weight.rows() > 0, where, "weight.rows()",
                   weight.rows(), "must be a positive multiple of heads = " + std::to_string(heads));
   const Index head_dim = weight.rows() / heads;
   const std::vector<Index> perm = rope_dim_permutation(head_dim, from, to, rotary_dim);
-  Eigen::Matrix<typename Derived::Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> out(
-      weight.rows(), weight.cols());
+  row_matrix<typename Derived::Scalar> out(weight.rows(), weight.cols());
   for (Index h = 0; h < heads; ++h)
     for (Index j = 0; j < head_dim; ++j)
       out.row(h * head_dim + j) = weight.row(h * head_dim + perm[static_cast<std::size_t>(j)]);

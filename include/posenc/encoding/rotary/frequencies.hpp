@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "../../core/error.hpp"
-#include "../../core/view.hpp"
+#include "../../core/types.hpp"
+#include "../../math/frequency.hpp"
 
 namespace posenc {
 
@@ -84,8 +85,7 @@ inline rope_frequencies plain_rope_frequencies(Index rotary_dim, double base = 1
   const Index half = rotary_dim / 2;
   f.inv_freq.resize(static_cast<std::size_t>(half));
   for (Index i = 0; i < half; ++i)
-    f.inv_freq[static_cast<std::size_t>(i)] =
-        1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+    f.inv_freq[static_cast<std::size_t>(i)] = math::inv_freq(base, i, rotary_dim);
   return f;
 }
 

@@ -19,7 +19,8 @@
 ///
 /// Positions are an [axes, N] matrix: column l holds token l's position on each axis
 /// (N = L shared by the batch, or B*L batch-major). The rotation itself is the same kernel
-/// as 1D RoPE (backend/scalar/rotary.hpp); angles are computed in double, rounded once.
+/// as 1D RoPE (backend/rotary.hpp), and so are the cos/sin of each pair (math::rope_cos_sin:
+/// the angle in double, cos and sin rounded once).
 
 #include <Eigen/Core>
 #include <cmath>
@@ -29,19 +30,18 @@
 #include <utility>
 #include <vector>
 
-#include "../../backend/scalar/rotary.hpp"
-// SIMD kernels (each empty unless the compiler flags enable its instruction set)
-#include "../../backend/avx2/rotary.hpp"
-#include "../../backend/neon/rotary.hpp"
+#include "../../backend/rotary.hpp"
 #include "../../core/backend.hpp"
 #include "../../core/error.hpp"
+#include "../../core/types.hpp"
 #include "../../core/view.hpp"
+#include "../../math/rotation.hpp"
 #include "frequencies.hpp"
 
 namespace posenc {
 
 /// Per-token positions on each axis: [axes, tokens], row-major.
-using rope_axis_positions = Eigen::Matrix<Index, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using rope_axis_positions = row_matrix<Index>;
 
 /// Rotary embedding whose pairs follow different position axes (see the file comment).
 template <class Scalar, class Backend = default_backend>
@@ -95,21 +95,14 @@ class multi_axis_rotary {
              const Eigen::Ref<const rope_axis_positions>& positions) {
     static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
                   "posenc::multi_axis_rotary: the matrix's Scalar must be the embedding's");
-    static_assert(
-        bool(Derived::Flags & Eigen::DirectAccessBit) && bool(Derived::Flags & Eigen::LvalueBit),
-        "posenc::multi_axis_rotary: x must be a writable Matrix, Map, Block or Ref");
-    auto& m = const_cast<Eigen::MatrixBase<Derived>&>(x).derived();
-    const auto v = view_of(m);
-    const heads_view<Scalar> h(v.data(), {1, v.extent(0), 1, v.extent(1)},
-                               {0, v.stride(0), 0, v.stride(1)});
     const heads_view<Scalar> none;
-    run(h, none, positions);
+    run(as_heads(writable_view(x)), none, positions);
   }
   /// In place on [L, H, D], positions [axes, L].
   void apply(const strided_view<Scalar, 3>& x,
              const Eigen::Ref<const rope_axis_positions>& positions) {
     const heads_view<Scalar> none;
-    run(lift(x), none, positions);
+    run(as_heads(x), none, positions);
   }
   /// In place on [B, L, H, D], positions [axes, L] or [axes, B*L].
   void apply(const heads_view<Scalar>& x, const Eigen::Ref<const rope_axis_positions>& positions) {
@@ -124,16 +117,11 @@ class multi_axis_rotary {
                     "must equal q.batch = " + std::to_string(q.extent(0)));
     detail::require(k.extent(1) == q.extent(1), where, "k.seq", k.extent(1),
                     "must equal q.seq = " + std::to_string(q.extent(1)));
+    detail::check_no_overlap(where, "k", k, "q", q);
     run(q, k, positions);
   }
 
  private:
-  template <class T>
-  static heads_view<T> lift(const strided_view<T, 3>& v) {
-    return heads_view<T>(v.data(), {1, v.extent(0), v.extent(1), v.extent(2)},
-                         {0, v.stride(0), v.stride(1), v.stride(2)});
-  }
-
   void run(const heads_view<Scalar>& q, const heads_view<Scalar>& k,
            const Eigen::Ref<const rope_axis_positions>& positions) {
     const char* where = "multi_axis_rotary::apply";
@@ -159,7 +147,7 @@ class multi_axis_rotary {
 
     const Index pairs = static_cast<Index>(inv_freq_.size());
     std::vector<Scalar> cs(static_cast<std::size_t>(2 * pairs));
-    backend::rope_token<Scalar> t;
+    kernels::rope_token<Scalar> t;
     t.head_dim = head_dim_;
     t.rotary_dim = 2 * pairs;
     t.pair_step = pairing_ == rope_pairing::half ? 1 : 2;
@@ -171,19 +159,15 @@ class multi_axis_rotary {
       if (v->data() != nullptr)
         values += static_cast<double>(batch) * static_cast<double>(seq) *
                   static_cast<double>(v->extent(2)) * static_cast<double>(head_dim_);
-    t.streaming = backend::rope_streams<Scalar>(values);
+    t.streaming = kernels::rope_streams<Scalar>(values);
     // batch, tokens: one cos/sin row per token, shared by every head of q and k
     for (Index b = 0; b < batch; ++b) {
       for (Index l = 0; l < seq; ++l) {
         const Index col = n == seq ? l : b * seq + l;
         for (Index i = 0; i < pairs; ++i) {
-          const double angle =
-              static_cast<double>(positions(axis_of_pair_[static_cast<std::size_t>(i)], col)) *
-              inv_freq_[static_cast<std::size_t>(i)];
-          cs[static_cast<std::size_t>(i)] =
-              static_cast<Scalar>(std::cos(angle) * attention_factor_);
-          cs[static_cast<std::size_t>(pairs + i)] =
-              static_cast<Scalar>(std::sin(angle) * attention_factor_);
+          const auto u = static_cast<std::size_t>(i);
+          math::rope_cos_sin(math::angle(positions(axis_of_pair_[u], col), inv_freq_[u]),
+                             attention_factor_, cs[u], cs[static_cast<std::size_t>(pairs + i)]);
         }
         for (const heads_view<Scalar>* v : {&q, &k}) {
           if (v->data() == nullptr) continue;
@@ -192,7 +176,7 @@ class multi_axis_rotary {
           t.in_head_stride = t.out_head_stride = v->stride(2);
           t.in_dim_stride = t.out_dim_stride = v->stride(3);
           t.heads = v->extent(2);
-          rope_rotate(Backend{}, t);
+          kernels::rope_rotate(Backend{}, t);
         }
       }
     }

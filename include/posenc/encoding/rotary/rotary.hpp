@@ -43,13 +43,10 @@
 #include <utility>
 #include <vector>
 
-#include "../../backend/scalar/rotary.hpp"
-// SIMD kernels (each empty unless the compiler flags enable its instruction set)
-#include "../../backend/avx2/rotary.hpp"
-#include "../../backend/avx512/rotary.hpp"
-#include "../../backend/neon/rotary.hpp"
+#include "../../backend/rotary.hpp"
 #include "../../core/backend.hpp"
 #include "../../core/error.hpp"
+#include "../../core/types.hpp"
 #include "../../core/view.hpp"
 #include "cache.hpp"
 #include "frequencies.hpp"
@@ -122,16 +119,16 @@ class rope_positions {
 /// or on_the_fly mode, or reserve() up front and then only positions below it.
 template <class Scalar, class Backend = default_backend>
 class rotary_embedding {
-  static_assert(backend::is_rope_storage_v<Scalar>,
+  static_assert(is_storage_v<Scalar>,
                 "posenc::rotary_embedding: Scalar must be float, double, Eigen::half or "
                 "Eigen::bfloat16");
 
  public:
   /// Row-major [rows, cols] matrix of Scalar.
-  using matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using matrix = row_matrix<Scalar>;
   /// The arithmetic type, and the type of the cos/sin values: Scalar for float and double,
   /// float for Eigen::half and Eigen::bfloat16.
-  using real_type = backend::rope_real_t<Scalar>;
+  using real_type = real_t<Scalar>;
 
   /// Unscaled RoPE: head dim D, rotary dim r (-1 = D; otherwise even, > 0 and <= D),
   /// inv_freq_i = base^(-2i/r).
@@ -193,7 +190,7 @@ class rotary_embedding {
   template <class Derived>
   void apply(const Eigen::MatrixBase<Derived>& x, rope_positions positions = {},
              rope_role role = rope_role::query) {
-    const auto v = writable_view(x);
+    const auto v = one_head(x);
     run_single(v, v, positions, role, false, "rotary_embedding::apply");
   }
 
@@ -201,9 +198,10 @@ class rotary_embedding {
   template <class DerivedIn, class DerivedOut>
   void apply(const Eigen::MatrixBase<DerivedIn>& in, const Eigen::MatrixBase<DerivedOut>& out,
              rope_positions positions = {}, rope_role role = rope_role::query) {
-    with_readable(in, [&](const heads_view<const Scalar>& vin) {
-      run_single(vin, writable_view(out), positions, role, false, "rotary_embedding::apply");
-    });
+    check_scalar<DerivedIn>();
+    const matrix_input<DerivedIn> vin(in);
+    run_single(as_heads(vin.view()), one_head(out), positions, role, false,
+               "rotary_embedding::apply");
   }
 
   /// Returns the rotation of one head in [L, D] as a new row-major matrix.
@@ -221,7 +219,7 @@ class rotary_embedding {
   template <class Derived>
   void invert(const Eigen::MatrixBase<Derived>& x, rope_positions positions = {},
               rope_role role = rope_role::query) {
-    const auto v = writable_view(x);
+    const auto v = one_head(x);
     run_single(v, v, positions, role, true, "rotary_embedding::invert");
   }
 
@@ -230,12 +228,12 @@ class rotary_embedding {
   /// In place on [L, H, D].
   void apply(const strided_view<Scalar, 3>& x, rope_positions positions = {},
              rope_role role = rope_role::query) {
-    run_single(lift(x), lift(x), positions, role, false, "rotary_embedding::apply");
+    run_single(as_heads(x), as_heads(x), positions, role, false, "rotary_embedding::apply");
   }
   /// Out of place on [L, H, D].
   void apply(const strided_view<const Scalar, 3>& in, const strided_view<Scalar, 3>& out,
              rope_positions positions = {}, rope_role role = rope_role::query) {
-    run_single(lift(in), lift(out), positions, role, false, "rotary_embedding::apply");
+    run_single(as_heads(in), as_heads(out), positions, role, false, "rotary_embedding::apply");
   }
 
   // ---- batched [B, L, H, D] ------------------------------------------------------------
@@ -275,7 +273,7 @@ class rotary_embedding {
   /// In place on q [L, Hq, D] and k [L, Hk, D].
   void apply_qk(const strided_view<Scalar, 3>& q, const strided_view<Scalar, 3>& k,
                 rope_positions positions = {}) {
-    apply_qk(lift(q), lift(k), positions);
+    apply_qk(as_heads(q), as_heads(k), positions);
   }
 
  private:
@@ -298,43 +296,17 @@ class rotary_embedding {
     return plain_rope_frequencies(r, base);
   }
 
-  /// [L, H, D] as [1, L, H, D].
-  template <class T>
-  static heads_view<T> lift(const strided_view<T, 3>& v) {
-    return heads_view<T>(v.data(), {1, v.extent(0), v.extent(1), v.extent(2)},
-                         {0, v.stride(0), v.stride(1), v.stride(2)});
+  template <class Derived>
+  static constexpr void check_scalar() {
+    static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
+                  "posenc::rotary_embedding: the matrix's Scalar must be the embedding's");
   }
 
   /// A writable Eigen [L, D] as [1, L, 1, D].
   template <class Derived>
-  static heads_view<Scalar> writable_view(const Eigen::MatrixBase<Derived>& x) {
-    static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
-                  "posenc::rotary_embedding: the matrix's Scalar must be the embedding's");
-    static_assert(
-        bool(Derived::Flags & Eigen::DirectAccessBit) && bool(Derived::Flags & Eigen::LvalueBit),
-        "posenc::rotary_embedding: the output must be a writable Matrix, Map, Block "
-        "or Ref with direct access");
-    // Eigen's documented idiom for writable MatrixBase arguments
-    auto& m = const_cast<Eigen::MatrixBase<Derived>&>(x).derived();
-    const auto v = view_of(m);
-    return heads_view<Scalar>(v.data(), {1, v.extent(0), 1, v.extent(1)},
-                              {0, v.stride(0), 0, v.stride(1)});
-  }
-
-  /// Calls f with a [1, L, 1, D] view of `in`, evaluating expressions into a temporary.
-  template <class Derived, class F>
-  static void with_readable(const Eigen::MatrixBase<Derived>& in, F&& f) {
-    static_assert(std::is_same<typename Derived::Scalar, Scalar>::value,
-                  "posenc::rotary_embedding: the matrix's Scalar must be the embedding's");
-    if constexpr (bool(Derived::Flags & Eigen::DirectAccessBit)) {
-      const auto v = view_of(in.derived());
-      f(heads_view<const Scalar>(v.data(), {1, v.extent(0), 1, v.extent(1)},
-                                 {0, v.stride(0), 0, v.stride(1)}));
-    } else {
-      const matrix tmp = in;
-      f(heads_view<const Scalar>(tmp.data(), {1, tmp.rows(), 1, tmp.cols()},
-                                 {0, tmp.cols(), 0, 1}));
-    }
+  static heads_view<Scalar> one_head(const Eigen::MatrixBase<Derived>& x) {
+    check_scalar<Derived>();
+    return as_heads(writable_view(x));
   }
 
   void run_single(const heads_view<const Scalar>& in, const heads_view<Scalar>& out,
@@ -371,6 +343,16 @@ class rotary_embedding {
                         "must equal q.seq = " + std::to_string(seq));
       }
     }
+    // an output is its own input (in place) or shares no element with any input or output
+    for (int j = 0; j < count; ++j) {
+      const std::string out = (count == 1 ? "" : j == 0 ? "q." : "k.") + std::string("out");
+      for (int i = 0; i < count; ++i) {
+        const std::string in = count == 1 ? "input" : i == 0 ? "q" : "k";
+        if (i != j || !in_place(jobs[j]))
+          detail::check_no_overlap(where, out.c_str(), jobs[j].out, in.c_str(), jobs[i].in);
+        if (i < j) detail::check_no_overlap(where, out.c_str(), jobs[j].out, "q.out", jobs[i].out);
+      }
+    }
     if (!positions.has_ids()) {
       const Index p = positions.offset();
       detail::require(p >= 0, where, "offset", p, "positions must be >= 0");
@@ -393,6 +375,10 @@ class rotary_embedding {
       if (p > max_pos) max_pos = p;
     }
     return max_pos;
+  }
+
+  static bool in_place(const job& jb) noexcept {
+    return static_cast<const Scalar*>(jb.out.data()) == jb.in.data();
   }
 
   void run(const job* jobs, int count, const rope_positions& positions, bool inverse,
@@ -419,7 +405,7 @@ class rotary_embedding {
     // rows the cache does not hold: the cache's own writer, so they equal cached rows
     std::optional<detail::rope_row_writer<Backend>> writer;
 
-    backend::rope_token<Scalar, real_type> t;
+    kernels::rope_token<Scalar, real_type> t;
     t.head_dim = head_dim_;
     t.rotary_dim = 2 * pairs;
     t.pair_step = pairing_ == rope_pairing::half ? 1 : 2;
@@ -429,7 +415,7 @@ class rotary_embedding {
     for (int j = 0; j < count; ++j)
       values += static_cast<double>(batch) * static_cast<double>(seq) *
                 static_cast<double>(jobs[j].in.extent(2)) * static_cast<double>(head_dim_);
-    t.streaming = backend::rope_streams<Scalar>(values);
+    t.streaming = kernels::rope_streams<Scalar>(values);
     const bool shared_ids = positions.has_ids() && positions.count() == seq;
 
     // batch, then tokens: one cos/sin row per token, reused by every head of q and k
@@ -470,7 +456,7 @@ class rotary_embedding {
           const bool key = jb.role == rope_role::key;
           t.cos = key ? ck : cq;
           t.sin = key ? sk : sq;
-          rope_rotate(Backend{}, t);
+          kernels::rope_rotate(Backend{}, t);
         }
       }
     }

@@ -20,7 +20,8 @@
 #include <vector>
 
 #include "../../core/error.hpp"
-#include "../../core/view.hpp"
+#include "../../core/types.hpp"
+#include "../../math/frequency.hpp"
 #include "frequencies.hpp"
 
 namespace posenc {
@@ -256,8 +257,7 @@ inline void rope_config::validate() const {
 
 // f_i * base^(2i/r): the denominator of the base frequency of pair i.
 inline double rope_config::base_power(Index i) const noexcept {
-  const double r = static_cast<double>(resolved_rotary_dim());
-  const double p = std::pow(base, static_cast<double>(2 * i) / r);
+  const double p = math::base_power(base, i, resolved_rotary_dim());
   return freq_factors.empty() ? p : freq_factors[static_cast<std::size_t>(i)] * p;
 }
 
@@ -276,7 +276,7 @@ inline rope_frequencies rope_config::frequencies(Index seq_len) const {
   // Base frequencies with a (possibly changed) base: w_i = 1 / (f_i * b^(2i/r)).
   auto fill_with_base = [&](double b) {
     for (Index i = 0; i < half; ++i) {
-      const double p = std::pow(b, static_cast<double>(2 * i) / rd);
+      const double p = math::base_power(b, i, r);
       at(i) = 1.0 / (freq_factors.empty() ? p : freq_factors[static_cast<std::size_t>(i)] * p);
     }
   };

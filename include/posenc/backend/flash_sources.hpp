@@ -1,0 +1,157 @@
+#pragma once
+/// \file
+/// Where the tiled kernels read keys and values: in place from the caller's memory when it
+/// holds contiguous rows of the working precision, else converted from the caller's rows
+/// (16-bit storage, strided views) a tile at a time (kv_source, for prefill) or a row at a
+/// time in registers (kv_row_source, for decode), never as a whole copy.
+///
+/// Not for direct inclusion: use posenc/backend/flash.hpp.
+
+#include <Eigen/Core>
+#include <type_traits>
+#include <vector>
+
+#include "../core/types.hpp"
+#include "../core/view.hpp"
+#include "scalar/flash.hpp"
+#include "simd/lowp.hpp"
+
+namespace posenc {
+namespace kernels {
+namespace flash {
+
+/// True when x is contiguous rows of Real, which the kernel reads where they are.
+template <class Real, class T>
+bool reads_in_place(const strided_view<T, 2>& x) noexcept {
+  if constexpr (std::is_same_v<std::remove_cv_t<T>, Real>)
+    return x.stride(1) == 1 && x.stride(0) >= x.extent(1) && x.data() != nullptr;
+  else
+    return false;
+}
+
+/// The innermost vector of x at the leading indices, in working precision, into dst:
+/// packets of Backend where it has unit stride (half and bfloat16 widen exactly;
+/// simd::widen), else value by value.
+template <class Backend, class Real, class T, int Rank, class... I>
+void convert_vector(const strided_view<T, Rank>& x, Real* dst, I... leading) noexcept {
+  const Index n = x.extent(Rank - 1);
+  if constexpr (std::is_same_v<Real, float>) {
+    if (x.inner_contiguous()) {
+      simd::widen<Backend, std::remove_cv_t<T>>(x.vector_ptr(leading...), n, dst);
+      return;
+    }
+  }
+  for (Index c = 0; c < n; ++c) dst[c] = to_real<Real>(x(leading..., c));
+}
+
+/// kv_block::convert for a [keys, dim] view of T at `source`: rows [j0, j0 + n) into dst
+/// (row stride ldd) by convert_vector (exact).
+template <class Backend, class Real, class T>
+void convert_rows(const void* source, Index j0, Index n, Real* dst, Index ldd) noexcept {
+  const auto& x = *static_cast<const strided_view<T, 2>*>(source);
+  for (Index j = 0; j < n; ++j) convert_vector<Backend>(x, dst + j * ldd, j0 + j);
+}
+
+/// Working-precision keys or values of one head: a map of the caller's memory when it
+/// reads in place, else x's rows converted tile by tile as the kernels visit them
+/// (kv_block::tile); x must outlive the block.
+template <class Backend, class Real, class T>
+kv_block<Real> kv_source(const strided_view<T, 2>& x) noexcept {
+  kv_block<Real> blk;
+  blk.rows = x.extent(0);
+  blk.cols = x.extent(1);
+  if constexpr (std::is_same_v<std::remove_cv_t<T>, Real>) {
+    if (reads_in_place<Real>(x)) {
+      blk.data = x.data();
+      blk.ld = x.stride(0);
+      return blk;
+    }
+  }
+  blk.convert = &convert_rows<Backend, Real, T>;
+  blk.source = &x;
+  return blk;
+}
+
+/// Decode's keys (or values), row by row, for accumulate_heads: dot(h, j, q) and
+/// axpy(h, j, a, o) take row j of query head h's block (hcs[h].*block) where it is; a
+/// block that converts (kv_block::convert: 16-bit or strided storage of T) is read
+/// straight from the caller's row, widened in registers, when the backend has packet
+/// loads for T and the rows have unit stride, else converted into a one-row buffer as it
+/// is visited (the query heads of a group, visited in turn, share the conversion). Every
+/// path ends in the same float kernel (simd::dot / simd::axpy with packets, Eigen's
+/// without), so 16-bit and strided inputs give exactly the float result of the same values.
+template <class Backend, class Policy, class Real, class T>
+struct kv_row_source {
+  using value_type = std::remove_cv_t<T>;
+  using view = strided_view<T, 2>;  // what kv_source gave a converting block as its source
+  static constexpr bool packet_rows = simd::has_widening_ops_v<Backend, Real>;
+  static constexpr bool packet_storage =
+      packet_rows && simd::has_widening_ops_v<Backend, value_type>;
+  using crow = Eigen::Map<const Eigen::Matrix<Real, 1, Eigen::Dynamic>>;
+
+  kv_row_source(const head_context<Policy, Real>* heads,
+                kv_block<Real> head_context<Policy, Real>::*blk)
+      : hcs(heads), block(blk), n((heads->*blk).cols) {
+    const kv_block<Real>& b0 = heads->*blk;  // every head's block is alike (one call's layout)
+    widen_in_registers = packet_storage && !b0.data && source(b0).inner_contiguous();
+    if (!b0.data && !widen_in_registers) buf.resize(static_cast<std::size_t>(n));
+  }
+
+  /// q · row j of head h (q: cols values).
+  Real dot(Index h, Index j, const Real* q) noexcept {
+    if constexpr (packet_storage)
+      if (widen_in_registers) return simd::dot<Backend>(q, stored_row(h, j), n);
+    const Real* r = row(h, j);
+    if constexpr (packet_rows)
+      return simd::dot<Backend>(q, r, n);
+    else
+      return crow(q, n).dot(crow(r, n));
+  }
+  /// o += a · row j of head h.
+  void axpy(Index h, Index j, Real a, Real* o) noexcept {
+    if constexpr (packet_storage)
+      if (widen_in_registers) return simd::axpy<Backend>(a, stored_row(h, j), n, o);
+    const Real* r = row(h, j);
+    if constexpr (packet_rows)
+      simd::axpy<Backend>(a, r, n, o);
+    else
+      Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
+  }
+  void prefetch(Index h, Index j) const noexcept {
+    const kv_block<Real>& b = hcs[h].*block;
+    if (b.data)
+      prefetch_row(b.row(j), n);
+    else if (source(b).inner_contiguous())
+      prefetch_row(source(b).vector_ptr(j), n);
+  }
+
+ private:
+  const head_context<Policy, Real>* hcs;
+  kv_block<Real> head_context<Policy, Real>::*block;
+  Index n;
+  bool widen_in_registers = false;
+  std::vector<Real> buf;  // one converted row
+  const void* last_source = nullptr;
+  Index last_j = -1;
+
+  static const view& source(const kv_block<Real>& b) noexcept {
+    return *static_cast<const view*>(b.source);
+  }
+  const value_type* stored_row(Index h, Index j) const noexcept {
+    return source(hcs[h].*block).vector_ptr(j);
+  }
+  const Real* row(Index h, Index j) noexcept {
+    const kv_block<Real>& b = hcs[h].*block;
+    if (b.data) return b.row(j);
+    if (b.source != last_source || j != last_j) {
+      b.tile(j, 1, buf.data(), n);
+      last_source = b.source;
+      last_j = j;
+    }
+    return buf.data();
+  }
+};
+
+}  // namespace flash
+}  // namespace kernels
+}  // namespace posenc
