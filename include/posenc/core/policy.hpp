@@ -73,9 +73,11 @@
 ///
 /// Query and key transforms (`transforms_queries`, `transforms_keys`: rotary, absolute)
 /// are applied once as the tiles are loaded on every kernel. So a user-written policy with
-/// a linear-distance bias (a learned slope per head, say) derives its head from
-/// `head_base`, sets `has_bias = true` and `bias_form = position_bias::linear_distance`,
-/// fills `slope` and `symmetric`, and runs on the fast tiled path with no kernel edited.
+/// a linear-distance bias (a learned slope per head, say) sets `has_bias = true` and
+/// `bias_form = position_bias::linear_distance`, derives its head from
+/// `linear_distance_head` (encoding/alibi.hpp: the two members and the bias() hook that
+/// matches them) and fills `slope` and `symmetric`: it runs on the fast tiled path with no
+/// kernel edited. `distance_table_head` (encoding/t5_bias.hpp) does the same for tables.
 ///
 /// ## Gradients (backward.hpp)
 /// `typename Policy::gradient_type` is the caller-owned accumulator of dL/d(learned

@@ -1,8 +1,9 @@
 # Runs the two include-order programs (A: only multi_axis.hpp and sinusoidal.hpp; B:
 # posenc.hpp) and fails unless they print the same kernels. With EXPECTED (CI's
 # POSENC_TEST_EXPECTED_BACKEND), the default backend's float kernels must be EXPECTED's.
+separate_arguments(_emulator UNIX_COMMAND "${EMULATOR}")  # empty for a native build
 foreach(_p A B)
-  execute_process(COMMAND ${${_p}} OUTPUT_VARIABLE _out_${_p} RESULT_VARIABLE _rc)
+  execute_process(COMMAND ${_emulator} ${${_p}} OUTPUT_VARIABLE _out_${_p} RESULT_VARIABLE _rc)
   if(NOT _rc EQUAL 0)
     message(FATAL_ERROR "${${_p}} exited with ${_rc}")
   endif()
