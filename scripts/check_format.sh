@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t files < <(git ls-files 'include/*.hpp' 'include/*.cuh' 'tests/*.cpp' 'tests/*.hpp' \
-  'tests/*.cu' 'bench/*.cpp' 'bench/*.hpp' 'bench/*.cu' 'examples/*.cpp' 'examples/*.hpp' \
-  'examples/*.cu')
+  'tests/*.cu' 'tests/*.cuh' 'bench/*.cpp' 'bench/*.hpp' 'bench/*.cu' 'bench/*.cuh' \
+  'examples/*.cpp' 'examples/*.hpp' 'examples/*.cu')
 format="${CLANG_FORMAT:-clang-format}"
 if [[ "${1:-}" == --fix ]]; then
   "$format" -i "${files[@]}"

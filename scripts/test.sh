@@ -5,7 +5,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 build="${BUILD_DIR:-build/test}"
+# The CUDA backend's tests, benchmarks and examples are compiled (sm_80 and sm_90) wherever
+# nvcc is; they run only where a GPU is (elsewhere CTest reports them skipped).
+# POSENC_CUDA=0 leaves them out.
+cuda=()
+nvcc="$(command -v nvcc || true)"
+if [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc; fi
+if [[ "${POSENC_CUDA:-1}" == 0 ]]; then
+  echo "test.sh: POSENC_CUDA=0: the CUDA backend is not built"
+elif [[ -n "$nvcc" ]]; then
+  echo "test.sh: nvcc found ($nvcc): building the CUDA tests too (run only where a GPU is)"
+  cuda=(-DPOSENC_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc")
+else
+  echo "test.sh: nvcc not found: the CUDA backend is not built (needs the CUDA toolkit)"
+fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
-  -DCMAKE_CXX_COMPILER="${CXX:-g++}" -DPOSENC_WARNINGS_AS_ERRORS=ON ${CMAKE_EXTRA_ARGS:-}
+  -DCMAKE_CXX_COMPILER="${CXX:-g++}" -DPOSENC_WARNINGS_AS_ERRORS=ON "${cuda[@]}" ${CMAKE_EXTRA_ARGS:-}
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

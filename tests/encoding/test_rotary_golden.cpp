@@ -2,6 +2,7 @@
 // configurations, numerics at long positions, and every error path.
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -374,4 +375,16 @@ TEST_CASE("rotary: far positions, reserve and rotary_dim limits", "[rotary][erro
   const posenc::heads_view<float> huge(buf.data(), {(Index(1) << 62) + 2, 4, 1, 2}, {0, 0, 0, 1});
   rotary_embedding<float> small(2);
   POSENC_REQUIRE_ERROR(small.apply(huge, std::vector<Index>(8, 0)), "position_ids.size() = 8");
+}
+
+TEST_CASE("rotary: a CPU backend refuses position ids in device memory", "[rotary][errors]") {
+  // rope_positions::on_device() is for rotary_embedding<Scalar, backend::cuda>; a CPU object
+  // must not read the pointer (it is not host memory)
+  rotary_embedding<float> rope(8);
+  posenc::row_matrix<float> x = posenc::row_matrix<float>::Ones(3, 8);
+  const Index* not_host = reinterpret_cast<const Index*>(std::uintptr_t{0x10});
+  POSENC_REQUIRE_ERROR(rope.apply(x, posenc::rope_positions::on_device(not_host, 3)),
+                       "rotary_embedding::apply: position_ids = device memory");
+  CHECK(posenc::rope_positions::on_device(not_host, 3).on_device());
+  CHECK_FALSE(posenc::rope_positions(std::vector<Index>{1, 2}).on_device());
 }

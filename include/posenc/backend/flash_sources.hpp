@@ -126,8 +126,11 @@ struct kv_row_source {
   }
 
  private:
+  // an alias: nvcc's host pass rewrites a direct member-pointer declaration with
+  // parentheses that GCC then warns about (-Wparentheses)
+  using block_member = kv_block<Real> head_context<Policy, Real>::*;
   const head_context<Policy, Real>* hcs;
-  kv_block<Real> head_context<Policy, Real>::*block;
+  block_member block;
   Index n;
   bool widen_in_registers = false;
   std::vector<Real> buf;  // one converted row

@@ -108,6 +108,86 @@ struct sinusoidal_config {
 /// Largest position magnitude accepted: 2^53, so every position is exact in double.
 inline constexpr Index sinusoidal_max_position = Index{1} << 53;
 
+namespace detail {
+
+/// Validates a sinusoidal configuration and returns its `dim / 2` frequencies w_i, in
+/// double: the one place every backend's sinusoidal gets them. Throws posenc::error
+/// "posenc::sinusoidal: ..." (see sinusoidal's constructor).
+inline std::vector<double> sinusoidal_frequencies(const sinusoidal_config& config) {
+  const Index d = config.dim;
+  require(d > 0, "sinusoidal", "dim", d, "must be > 0");
+  switch (config.preset) {
+    case sinusoidal_preset::vaswani:
+      require(
+          d % 2 == 0, "sinusoidal", "dim", d,
+          "must be even for the vaswani preset (use fairseq or t2t for a zero-padded odd width)");
+      break;
+    case sinusoidal_preset::fairseq:
+      require(d >= 4, "sinusoidal", "dim", d,
+              "must be >= 4 for the fairseq preset (its frequency step divides by dim/2 - 1)");
+      break;
+    case sinusoidal_preset::t2t:
+      break;
+  }
+  if (config.preset == sinusoidal_preset::t2t) {
+    require(std::isfinite(config.min_timescale) && config.min_timescale > 0, "sinusoidal",
+            "min_timescale", config.min_timescale, "must be finite and > 0");
+    require(std::isfinite(config.base) && config.base >= config.min_timescale, "sinusoidal",
+            "max_timescale", config.base, "must be finite and >= min_timescale");
+  } else {
+    require(std::isfinite(config.base) && config.base > 1, "sinusoidal", "base", config.base,
+            "must be finite and > 1");
+  }
+  require(config.padding_idx >= -1, "sinusoidal", "padding_idx", config.padding_idx,
+          "must be >= 0, or -1 for none");
+  require(config.padding_idx == -1 || config.preset == sinusoidal_preset::fairseq, "sinusoidal",
+          "padding_idx", config.padding_idx, "is only meaningful for the fairseq preset");
+
+  // frequencies: computed once, here, in double
+  const Index pairs = d / 2;
+  std::vector<double> inv_freq(static_cast<std::size_t>(pairs));
+  if (config.preset == sinusoidal_preset::vaswani) {
+    for (Index i = 0; i < pairs; ++i)
+      inv_freq[static_cast<std::size_t>(i)] = math::inv_freq(config.base, i, d);
+  } else {
+    const double min_ts = config.preset == sinusoidal_preset::t2t ? config.min_timescale : 1.0;
+    const double steps = static_cast<double>(
+        config.preset == sinusoidal_preset::t2t ? std::max<Index>(pairs - 1, 1) : pairs - 1);
+    const double increment = std::log(config.base / min_ts) / steps;
+    for (Index i = 0; i < pairs; ++i)
+      inv_freq[static_cast<std::size_t>(i)] = math::log_spaced_freq(min_ts, increment, i);
+  }
+  return inv_freq;
+}
+
+/// Throws posenc::error from `where` unless rows offset .. offset + len - 1 are positions
+/// within +-2^53.
+inline void sinusoidal_check_range(const char* where, Index len, Index offset) {
+  require(len >= 0, where, "len", len, "must be >= 0");
+  require(offset >= -sinusoidal_max_position && offset <= sinusoidal_max_position, where, "offset",
+          offset, "must be within +-2^53 (exact in double)");
+  require(len == 0 || offset + (len - 1) <= sinusoidal_max_position, where, "offset + len - 1",
+          offset + (len - 1), "must be <= 2^53 (exact in double)");
+}
+
+/// Throws posenc::error from `where` naming the first position beyond +-2^53.
+inline void sinusoidal_check_positions(const char* where, const std::vector<Index>& positions) {
+  for (std::size_t r = 0; r < positions.size(); ++r)
+    require(positions[r] >= -sinusoidal_max_position && positions[r] <= sinusoidal_max_position,
+            where, "positions[" + std::to_string(r) + "]", positions[r],
+            "must be within +-2^53 (exact in double)");
+}
+
+/// The factor s of add_to: 1, or sqrt(d) computed in double and rounded once to Scalar.
+template <class Scalar>
+Scalar sinusoidal_scale(embedding_scale scale, Index dim) noexcept {
+  return scale == embedding_scale::sqrt_dim
+             ? static_cast<Scalar>(std::sqrt(static_cast<double>(dim)))
+             : Scalar(1);
+}
+
+}  // namespace detail
+
 /// A sinusoidal absolute encoding of width d: tables, values at positions, and adding it
 /// to token embeddings. Row-major, one position per row. Scalar is float or double;
 /// Backend picks the kernel (see core/backend.hpp). Construction validates the
@@ -126,54 +206,8 @@ class sinusoidal {
   /// Throws posenc::error for dim <= 0, odd dim (vaswani), dim < 4 (fairseq), a base or
   /// timescale that is not finite and > 1 (resp. 0 < min <= max), or padding_idx < -1 or
   /// used with another preset.
-  explicit sinusoidal(const sinusoidal_config& config) : config_(config) {
-    const Index d = config.dim;
-    detail::require(d > 0, "sinusoidal", "dim", d, "must be > 0");
-    switch (config.preset) {
-      case sinusoidal_preset::vaswani:
-        detail::require(
-            d % 2 == 0, "sinusoidal", "dim", d,
-            "must be even for the vaswani preset (use fairseq or t2t for a zero-padded odd width)");
-        break;
-      case sinusoidal_preset::fairseq:
-        detail::require(
-            d >= 4, "sinusoidal", "dim", d,
-            "must be >= 4 for the fairseq preset (its frequency step divides by dim/2 - 1)");
-        break;
-      case sinusoidal_preset::t2t:
-        break;
-    }
-    if (config.preset == sinusoidal_preset::t2t) {
-      detail::require(std::isfinite(config.min_timescale) && config.min_timescale > 0, "sinusoidal",
-                      "min_timescale", config.min_timescale, "must be finite and > 0");
-      detail::require(std::isfinite(config.base) && config.base >= config.min_timescale,
-                      "sinusoidal", "max_timescale", config.base,
-                      "must be finite and >= min_timescale");
-    } else {
-      detail::require(std::isfinite(config.base) && config.base > 1, "sinusoidal", "base",
-                      config.base, "must be finite and > 1");
-    }
-    detail::require(config.padding_idx >= -1, "sinusoidal", "padding_idx", config.padding_idx,
-                    "must be >= 0, or -1 for none");
-    detail::require(config.padding_idx == -1 || config.preset == sinusoidal_preset::fairseq,
-                    "sinusoidal", "padding_idx", config.padding_idx,
-                    "is only meaningful for the fairseq preset");
-
-    // frequencies: computed once, here, in double
-    const Index pairs = d / 2;
-    inv_freq_.resize(static_cast<std::size_t>(pairs));
-    if (config.preset == sinusoidal_preset::vaswani) {
-      for (Index i = 0; i < pairs; ++i)
-        inv_freq_[static_cast<std::size_t>(i)] = math::inv_freq(config.base, i, d);
-    } else {
-      const double min_ts = config.preset == sinusoidal_preset::t2t ? config.min_timescale : 1.0;
-      const double steps = static_cast<double>(
-          config.preset == sinusoidal_preset::t2t ? std::max<Index>(pairs - 1, 1) : pairs - 1);
-      const double increment = std::log(config.base / min_ts) / steps;
-      for (Index i = 0; i < pairs; ++i)
-        inv_freq_[static_cast<std::size_t>(i)] = math::log_spaced_freq(min_ts, increment, i);
-    }
-  }
+  explicit sinusoidal(const sinusoidal_config& config)
+      : config_(config), inv_freq_(detail::sinusoidal_frequencies(config)) {}
 
   /// The Vaswani et al. encoding of width `dim` with base 10000.
   explicit sinusoidal(Index dim) : sinusoidal(sinusoidal_config::vaswani(dim)) {}
@@ -293,9 +327,7 @@ class sinusoidal {
   }
 
   Scalar scale_value(embedding_scale scale) const noexcept {
-    return scale == embedding_scale::sqrt_dim
-               ? static_cast<Scalar>(std::sqrt(static_cast<double>(dim())))
-               : Scalar(1);
+    return detail::sinusoidal_scale<Scalar>(scale, dim());
   }
 
   void check_width(const char* where, Index cols) const {
@@ -304,19 +336,11 @@ class sinusoidal {
   }
 
   static void check_range(const char* where, Index len, Index offset) {
-    detail::require(len >= 0, where, "len", len, "must be >= 0");
-    detail::require(offset >= -sinusoidal_max_position && offset <= sinusoidal_max_position, where,
-                    "offset", offset, "must be within +-2^53 (exact in double)");
-    detail::require(len == 0 || offset + (len - 1) <= sinusoidal_max_position, where,
-                    "offset + len - 1", offset + (len - 1), "must be <= 2^53 (exact in double)");
+    detail::sinusoidal_check_range(where, len, offset);
   }
 
   static void check_positions(const char* where, const std::vector<Index>& positions) {
-    for (std::size_t r = 0; r < positions.size(); ++r)
-      detail::require(
-          positions[r] >= -sinusoidal_max_position && positions[r] <= sinusoidal_max_position,
-          where, "positions[" + std::to_string(r) + "]", positions[r],
-          "must be within +-2^53 (exact in double)");
+    detail::sinusoidal_check_positions(where, positions);
   }
 
   template <class Derived>

@@ -20,10 +20,12 @@
 namespace posenc {
 namespace math {
 
-/// The bucket of `relative` = key position - query position.
-POSENC_HOST_DEVICE inline Index t5_bucket(Index relative, Index num_buckets, Index max_distance,
-                                          bool bidirectional) noexcept {
-  Index base = 0, n = 0, buckets = num_buckets;
+/// The first half of the bucket function: the side's first bucket (`base`, the offset
+/// above), its bucket count B' (`buckets`) and the distance n.
+POSENC_HOST_DEVICE inline void t5_bucket_side(Index relative, Index num_buckets, bool bidirectional,
+                                              Index& base, Index& buckets, Index& n) noexcept {
+  base = 0;
+  buckets = num_buckets;
   if (bidirectional) {
     buckets /= 2;
     if (relative > 0) base = buckets;
@@ -31,14 +33,27 @@ POSENC_HOST_DEVICE inline Index t5_bucket(Index relative, Index num_buckets, Ind
   } else {
     n = relative < 0 ? -relative : 0;
   }
+}
+
+/// The logarithmic part: the bucket of distance n >= E = buckets/2 within its side, in
+/// [E, buckets - 1].
+POSENC_HOST_DEVICE inline Index t5_log_bucket(Index n, Index buckets, Index max_distance) noexcept {
   const Index exact = buckets / 2;
-  if (n < exact) return base + n;
   const double x = std::log(static_cast<double>(n) / static_cast<double>(exact)) /
                    std::log(static_cast<double>(max_distance) / static_cast<double>(exact)) *
                    static_cast<double>(buckets - exact);
   // x >= 0; capped before the conversion so that huge distances cannot overflow it
   const double capped = std::min(std::floor(x), static_cast<double>(buckets - 1 - exact));
-  return base + exact + static_cast<Index>(capped);
+  return exact + static_cast<Index>(capped);
+}
+
+/// The bucket of `relative` = key position - query position.
+POSENC_HOST_DEVICE inline Index t5_bucket(Index relative, Index num_buckets, Index max_distance,
+                                          bool bidirectional) noexcept {
+  Index base, buckets, n;
+  t5_bucket_side(relative, num_buckets, bidirectional, base, buckets, n);
+  if (n < buckets / 2) return base + n;
+  return base + t5_log_bucket(n, buckets, max_distance);
 }
 
 }  // namespace math

@@ -48,6 +48,10 @@ template <class Scalar, class Backend = default_backend>
 class multi_axis_rotary {
   static_assert(std::is_floating_point<Scalar>::value,
                 "posenc::multi_axis_rotary: Scalar must be a floating-point type");
+  // the CUDA specialisation lives in encoding/cuda/rotary.cuh, for nvcc translation units
+  static_assert(!std::is_same_v<Backend, backend::cuda>,
+                "posenc::multi_axis_rotary<Scalar, backend::cuda>: include <posenc/cuda.cuh> in "
+                "a translation unit compiled by nvcc");
 
  public:
   /// head_dim D; inv_freq and axis_of_pair hold r/2 values (r <= D); axis_of_pair[i] in
@@ -86,6 +90,7 @@ class multi_axis_rotary {
   Index rotary_dim() const noexcept { return static_cast<Index>(2 * inv_freq_.size()); }
   Index axes() const noexcept { return axes_; }
   rope_pairing pairing() const noexcept { return pairing_; }
+  double attention_factor() const noexcept { return attention_factor_; }
   const std::vector<double>& inv_freq() const noexcept { return inv_freq_; }
   const std::vector<Index>& axis_of_pair() const noexcept { return axis_of_pair_; }
 

@@ -88,7 +88,17 @@ class rope_positions {
   rope_positions(const Index* ids, Index count) noexcept
       : ids_(ids), count_(count), has_ids_(true) {}
 
+  /// `count` position ids in device memory, for the CUDA backend (rotary_embedding<Scalar,
+  /// backend::cuda>), which checks them on the device; CPU backends refuse them.
+  static rope_positions on_device(const Index* ids, Index count) noexcept {
+    rope_positions p(ids, count);
+    p.device_ = true;
+    return p;
+  }
+
   bool has_ids() const noexcept { return has_ids_; }
+  /// True when the ids are in device memory (on_device()).
+  bool on_device() const noexcept { return device_; }
   Index offset() const noexcept { return offset_; }
   const Index* ids() const noexcept { return ids_; }
   Index count() const noexcept { return count_; }
@@ -98,7 +108,95 @@ class rope_positions {
   const Index* ids_ = nullptr;
   Index count_ = 0;
   bool has_ids_ = false;
+  bool device_ = false;
 };
+
+namespace detail {
+
+/// One tensor of a RoPE call: its input, its output (the input itself when in place) and
+/// whether it holds queries or keys.
+template <class Scalar>
+struct rope_job {
+  heads_view<const Scalar> in;
+  heads_view<Scalar> out;
+  rope_role role;
+};
+
+/// Validates the jobs of a RoPE call (head dim, shapes, in-place strides, overlaps) and its
+/// positions, with the messages every backend gives; returns the largest position (-1 when
+/// there is none). Host ids are checked here; device ids (on_device()) only for their
+/// count, the CUDA kernel checks their values, and the result is then INT64_MAX
+/// ("unknown") unless there are none.
+template <class Scalar>
+Index validate_rope_jobs(Index head_dim, const rope_job<Scalar>* jobs, int count,
+                         const rope_positions& positions, bool device_ids_ok, const char* where) {
+  static const char* const axes[4] = {"batch", "seq", "heads", "dim"};
+  const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
+  const auto in_place = [](const rope_job<Scalar>& jb) {
+    return static_cast<const Scalar*>(jb.out.data()) == jb.in.data();
+  };
+  for (int j = 0; j < count; ++j) {
+    const rope_job<Scalar>& jb = jobs[j];
+    const std::string who = count == 1 ? "" : (jb.role == rope_role::query ? "q." : "k.");
+    require(jb.in.extent(3) == head_dim, where, who + "dim", jb.in.extent(3),
+            "must equal head_dim = " + std::to_string(head_dim));
+    for (int a = 0; a < 4; ++a)
+      require(jb.out.extent(a) == jb.in.extent(a), where, who + "out." + axes[a], jb.out.extent(a),
+              "must equal the input's " + std::string(axes[a]) + " = " +
+                  std::to_string(jb.in.extent(a)));
+    if (in_place(jb))
+      for (int a = 0; a < 4; ++a)
+        require(jb.out.stride(a) == jb.in.stride(a) || jb.in.extent(a) <= 1, where,
+                who + "out.stride[" + std::to_string(a) + "]", jb.out.stride(a),
+                "an output at the input's address must have the input's strides");
+    if (j > 0) {
+      require(jb.in.extent(0) == batch, where, who + "batch", jb.in.extent(0),
+              "must equal q.batch = " + std::to_string(batch));
+      require(jb.in.extent(1) == seq, where, who + "seq", jb.in.extent(1),
+              "must equal q.seq = " + std::to_string(seq));
+    }
+  }
+  // an output is its own input (in place) or shares no element with any input or output
+  for (int j = 0; j < count; ++j) {
+    const std::string out = (count == 1 ? "" : j == 0 ? "q." : "k.") + std::string("out");
+    for (int i = 0; i < count; ++i) {
+      const std::string in = count == 1 ? "input" : i == 0 ? "q" : "k";
+      if (i != j || !in_place(jobs[j]))
+        check_no_overlap(where, out.c_str(), jobs[j].out, in.c_str(), jobs[i].in);
+      if (i < j) check_no_overlap(where, out.c_str(), jobs[j].out, "q.out", jobs[i].out);
+    }
+  }
+  if (!positions.has_ids()) {
+    const Index p = positions.offset();
+    require(p >= 0, where, "offset", p, "positions must be >= 0");
+    require(seq == 0 || p <= std::numeric_limits<Index>::max() - (seq - 1), where, "offset", p,
+            "offset + seq - 1 overflows");
+    return seq == 0 ? -1 : p + (seq - 1);
+  }
+  const Index n = positions.count();
+  // n / seq rather than batch * seq: extents of stride-0 views may be huge
+  require(n == seq || (seq > 0 && n % seq == 0 && n / seq == batch), where, "position_ids.size()",
+          n,
+          "must equal seq = " + std::to_string(seq) +
+              " or batch * seq (batch = " + std::to_string(batch) + ")");
+  require(n == 0 || positions.ids() != nullptr, where, "position_ids", "nullptr",
+          "non-empty ids need memory");
+  if (positions.on_device()) {
+    require(device_ids_ok, where, "position_ids", "device memory",
+            "a CPU backend reads host ids (device ids need rotary_embedding<Scalar, "
+            "backend::cuda>)");
+    return n == 0 || batch == 0 ? -1 : std::numeric_limits<Index>::max();
+  }
+  Index max_pos = -1;
+  for (Index i = 0; i < n; ++i) {
+    const Index p = positions.ids()[i];
+    if (p < 0) fail(where, "position_ids[" + std::to_string(i) + "]", p, "must be >= 0");
+    if (p > max_pos) max_pos = p;
+  }
+  return max_pos;
+}
+
+}  // namespace detail
 
 /// Rotary position embedding of queries and keys: configuration, cos/sin values and the
 /// apply entry points. Scalar: the storage type, float, double, Eigen::half or
@@ -122,6 +220,11 @@ class rotary_embedding {
   static_assert(is_storage_v<Scalar>,
                 "posenc::rotary_embedding: Scalar must be float, double, Eigen::half or "
                 "Eigen::bfloat16");
+  // the CUDA specialisation lives in encoding/cuda/rotary.cuh, for nvcc translation units
+  static_assert(!std::is_same_v<Backend, backend::cuda>,
+                "posenc::rotary_embedding<Scalar, backend::cuda>: include <posenc/cuda.cuh> in a "
+                "translation unit compiled by nvcc (the CUDA backend is not available to host-only "
+                "code)");
 
  public:
   /// Row-major [rows, cols] matrix of Scalar.
@@ -277,11 +380,7 @@ class rotary_embedding {
   }
 
  private:
-  struct job {
-    heads_view<const Scalar> in;
-    heads_view<Scalar> out;
-    rope_role role;
-  };
+  using job = detail::rope_job<Scalar>;
 
   static rope_frequencies make_plain(Index head_dim, Index rotary_dim, double base) {
     detail::require(head_dim > 0, "rotary_embedding", "head_dim", head_dim, "must be > 0");
@@ -316,74 +415,10 @@ class rotary_embedding {
     run(jobs, 1, positions, inverse, where);
   }
 
-  /// Validates every job and the positions; returns the largest position (-1 if none).
-  Index validate(const job* jobs, int count, const rope_positions& positions,
-                 const char* where) const {
-    static const char* const axes[4] = {"batch", "seq", "heads", "dim"};
-    const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
-    for (int j = 0; j < count; ++j) {
-      const job& jb = jobs[j];
-      const std::string who = count == 1 ? "" : (jb.role == rope_role::query ? "q." : "k.");
-      detail::require(jb.in.extent(3) == head_dim_, where, who + "dim", jb.in.extent(3),
-                      "must equal head_dim = " + std::to_string(head_dim_));
-      for (int a = 0; a < 4; ++a)
-        detail::require(jb.out.extent(a) == jb.in.extent(a), where, who + "out." + axes[a],
-                        jb.out.extent(a),
-                        "must equal the input's " + std::string(axes[a]) + " = " +
-                            std::to_string(jb.in.extent(a)));
-      if (static_cast<const Scalar*>(jb.out.data()) == jb.in.data())
-        for (int a = 0; a < 4; ++a)
-          detail::require(jb.out.stride(a) == jb.in.stride(a) || jb.in.extent(a) <= 1, where,
-                          who + "out.stride[" + std::to_string(a) + "]", jb.out.stride(a),
-                          "an output at the input's address must have the input's strides");
-      if (j > 0) {
-        detail::require(jb.in.extent(0) == batch, where, who + "batch", jb.in.extent(0),
-                        "must equal q.batch = " + std::to_string(batch));
-        detail::require(jb.in.extent(1) == seq, where, who + "seq", jb.in.extent(1),
-                        "must equal q.seq = " + std::to_string(seq));
-      }
-    }
-    // an output is its own input (in place) or shares no element with any input or output
-    for (int j = 0; j < count; ++j) {
-      const std::string out = (count == 1 ? "" : j == 0 ? "q." : "k.") + std::string("out");
-      for (int i = 0; i < count; ++i) {
-        const std::string in = count == 1 ? "input" : i == 0 ? "q" : "k";
-        if (i != j || !in_place(jobs[j]))
-          detail::check_no_overlap(where, out.c_str(), jobs[j].out, in.c_str(), jobs[i].in);
-        if (i < j) detail::check_no_overlap(where, out.c_str(), jobs[j].out, "q.out", jobs[i].out);
-      }
-    }
-    if (!positions.has_ids()) {
-      const Index p = positions.offset();
-      detail::require(p >= 0, where, "offset", p, "positions must be >= 0");
-      detail::require(seq == 0 || p <= std::numeric_limits<Index>::max() - (seq - 1), where,
-                      "offset", p, "offset + seq - 1 overflows");
-      return seq == 0 ? -1 : p + (seq - 1);
-    }
-    const Index n = positions.count();
-    // n / seq rather than batch * seq: extents of stride-0 views may be huge
-    detail::require(n == seq || (seq > 0 && n % seq == 0 && n / seq == batch), where,
-                    "position_ids.size()", n,
-                    "must equal seq = " + std::to_string(seq) +
-                        " or batch * seq (batch = " + std::to_string(batch) + ")");
-    detail::require(n == 0 || positions.ids() != nullptr, where, "position_ids", "nullptr",
-                    "non-empty ids need memory");
-    Index max_pos = -1;
-    for (Index i = 0; i < n; ++i) {
-      const Index p = positions.ids()[i];
-      if (p < 0) detail::fail(where, "position_ids[" + std::to_string(i) + "]", p, "must be >= 0");
-      if (p > max_pos) max_pos = p;
-    }
-    return max_pos;
-  }
-
-  static bool in_place(const job& jb) noexcept {
-    return static_cast<const Scalar*>(jb.out.data()) == jb.in.data();
-  }
-
   void run(const job* jobs, int count, const rope_positions& positions, bool inverse,
            const char* where) {
-    const Index max_pos = validate(jobs, count, positions, where);
+    const Index max_pos =
+        detail::validate_rope_jobs(head_dim_, jobs, count, positions, false, where);
     const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
     if (max_pos < 0 || batch == 0) return;
 
