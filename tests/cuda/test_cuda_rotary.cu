@@ -341,10 +341,19 @@ TEST_CASE("cuda rope: M-RoPE and 2D axial RoPE match the CPU") {
   std::vector<Index> bad(dense.data(), dense.data() + dense.size());
   bad[static_cast<std::size_t>(2 * L + 11)] = -4;
   auto dbad = upload(bad);
+  const auto before = download(q2);
   CHECK_THROWS_WITH(gpu.apply_device(posenc::view_shd(q2.data(), L, H, D),
                                      posenc::heads_view<float>(), dbad.data(), L),
                     "posenc::multi_axis_rotary::apply_device: positions(2, 11) = -4: must be >= 0 "
                     "(device positions: that token was left unrotated)");
+  // token 11 is left exactly as it was; the other tokens are rotated (again)
+  const auto after = download(q2);
+  for (Index l = 0; l < L; ++l) {
+    const auto first = static_cast<std::ptrdiff_t>(l * H * D);
+    const bool same =
+        std::equal(after.begin() + first, after.begin() + first + H * D, before.begin() + first);
+    CHECK(same == (l == 11));
+  }
 
   auto axial_cpu = posenc::axial_rope_2d<float, scalar_tag>(64);
   posenc::multi_axis_rotary<float, cuda_tag> axial(axial_cpu);

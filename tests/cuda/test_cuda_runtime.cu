@@ -2,6 +2,7 @@
 // errors as posenc::error, the device error flag.
 #include <posenc/cuda.cuh>
 #include <string>
+#include <vector>
 
 #include "support/catch.hpp"
 
@@ -96,4 +97,17 @@ TEST_CASE("cuda runtime: the error flag keeps the smallest reported index") {
   // arm() resets it
   flag.arm(nullptr);
   CHECK(flag.first_bad(nullptr) == -1);
+}
+
+TEST_CASE("cuda runtime: an error already thrown is not blamed on the next launch") {
+  // the failed allocation is reported by check(); a later check_launch must not see it
+  CHECK_THROWS_AS(pc::device_buffer<char>(Index(1) << 62), posenc::error);
+  pc::error_flag flag;
+  flag.arm(nullptr);
+  const std::vector<Index> bad = {3};
+  auto d = pc::device_buffer<Index>(1);
+  pc::copy_to_device(d.data(), bad.data(), 1);
+  report_indices<<<1, 32>>>(flag.device(), d.data(), 1);
+  CHECK_NOTHROW(pc::check_launch("report_indices"));
+  CHECK(flag.first_bad(nullptr) == 3);
 }

@@ -121,8 +121,8 @@ __device__ inline void rope_angle(const rope_device_args<T, C>& a, Index n, Inde
 
 template <class T, class C>
 __global__ void rope_kernel(const rope_device_args<T, C> a) {
-  extern __shared__ unsigned char rope_shared[];
-  C* const row = reinterpret_cast<C*>(rope_shared);  // cos_q, sin_q, cos_k, sin_k
+  extern __shared__ __align__(16) unsigned char rope_shared[];  // read as C (double)
+  C* const row = reinterpret_cast<C*>(rope_shared);             // cos_q, sin_q, cos_k, sin_k
   const int pairs = static_cast<int>(a.pairs);
   const Index tokens = a.batch * a.seq;
   const bool any_key = a.tensor[0].key || (a.tensors > 1 && a.tensor[1].key);

@@ -35,9 +35,11 @@ namespace cuda {
 /// Throws posenc::error "posenc::cuda: <call>: <cudaGetErrorString> (<cudaGetErrorName>)"
 /// unless `status` is cudaSuccess.
 inline void check(cudaError_t status, const char* call) {
-  if (status != cudaSuccess)
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // reported here: not again by the next check_launch
     throw error(std::string("posenc::cuda: ") + call + ": " + cudaGetErrorString(status) + " (" +
                 cudaGetErrorName(status) + ")");
+  }
 }
 
 /// After a kernel launch: throws posenc::error naming `kernel` if the launch failed (bad
