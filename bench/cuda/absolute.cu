@@ -107,19 +107,14 @@ void BM_sinusoid_table(benchmark::State& state) {
   label<T>(state, std::string("table_into ") + preset_name(preset));
   if (!pb::require_device(state)) return;
   const Index n = table_len * D;
-  double s = 0, base = 0;
-  try {
+  const double seconds = pb::measure(state, bytes_of<T>(n), [&](double& s, double& base) {
     const posenc::sinusoidal<T, posenc::backend::cuda> pe(preset_config(preset));
     pc::device_buffer<T> out(n);
     const auto view = posenc::seq_view<T>::contiguous(out.data(), {table_len, D});
     s = pb::run_timed(state, [&] { pe.table_into(view, 0); });
     if (s > 0) base = fill_seconds(out.data(), bytes_of<T>(n));
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes_of<T>(n), s, base);
-  set_elements(state, n, s);
+  });
+  set_elements(state, n, seconds);
 }
 
 // at() with device positions (reversed), vaswani
@@ -128,20 +123,15 @@ void BM_sinusoid_at(benchmark::State& state) {
   label<T>(state, "at device positions vaswani");
   if (!pb::require_device(state)) return;
   const Index n = table_len * D;
-  double s = 0, base = 0;
-  try {
+  const double seconds = pb::measure(state, bytes_of<T>(n), [&](double& s, double& base) {
     const posenc::sinusoidal<T, posenc::backend::cuda> pe(D);
     pc::device_buffer<T> out(n);
     const pc::device_buffer<Index> positions = reversed_positions(table_len);
     const auto view = posenc::seq_view<T>::contiguous(out.data(), {table_len, D});
     s = pb::run_timed(state, [&] { pe.at(positions.data(), table_len, view); });
     if (s > 0) base = fill_seconds(out.data(), bytes_of<T>(n));
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes_of<T>(n), s, base);
-  set_elements(state, n, s);
+  });
+  set_elements(state, n, seconds);
 }
 
 // args: batch view (1) or the same rows as one seq view (0); E = sqrt(d) E + PE in place
@@ -152,8 +142,7 @@ void BM_sinusoid_add(benchmark::State& state) {
   if (!pb::require_device(state)) return;
   const Index n = add_batch * add_len * D;
   const double bytes = 2 * bytes_of<T>(n);
-  double s = 0, base = 0;
-  try {
+  const double seconds = pb::measure(state, bytes, [&](double& s, double& base) {
     const posenc::sinusoidal<T, posenc::backend::cuda> pe(D);
     pc::device_buffer<T> e(n);
     e.zero();
@@ -163,12 +152,8 @@ void BM_sinusoid_add(benchmark::State& state) {
     s = batched ? pb::run_timed(state, [&] { pe.add_to(bview, 0, scale); })
                 : pb::run_timed(state, [&] { pe.add_to(sview, 0, scale); });
     if (s > 0) base = copy_seconds(bytes);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes, s, base);
-  set_elements(state, n, s);
+  });
+  set_elements(state, n, seconds);
 }
 
 // ---- learned table -----------------------------------------------------------------------
@@ -186,8 +171,7 @@ void BM_learned_lookup(benchmark::State& state) {
   if (!pb::require_device(state)) return;
   const Index n = max_len * D;
   const double bytes = 2 * bytes_of<T>(n);
-  double s = 0, base = 0;
-  try {
+  pb::measure(state, bytes, [&](double& s, double& base) {
     const pc::learned_table<T> table = device_table<T>(max_len);
     pc::device_buffer<T> out(n);
     const pc::device_buffer<Index> positions = reversed_positions(max_len);
@@ -195,11 +179,7 @@ void BM_learned_lookup(benchmark::State& state) {
     s = ids ? pb::run_timed(state, [&] { table.at(positions.data(), max_len, view); })
             : pb::run_timed(state, [&] { table.table_into(view, 0); });
     if (s > 0) base = copy_seconds(bytes);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes, s, base);
+  });
 }
 
 // args: batch (1: a seq view), seq; E = sqrt(d) E + W(r, :) in place at offset 0
@@ -209,8 +189,7 @@ void BM_learned_add(benchmark::State& state) {
   label<T>(state, "learned add_to sqrt(d)" + std::string(b == 1 ? " seq" : " batch"));
   if (!pb::require_device(state)) return;
   const double bytes = 2 * bytes_of<T>(b * l * D) + bytes_of<T>(l * D);
-  double s = 0, base = 0;
-  try {
+  pb::measure(state, bytes, [&](double& s, double& base) {
     const pc::learned_table<T> table = device_table<T>(max_len);
     pc::device_buffer<T> e(b * l * D);
     e.zero();
@@ -220,11 +199,7 @@ void BM_learned_add(benchmark::State& state) {
     s = b == 1 ? pb::run_timed(state, [&] { table.add_to(sview, 0, scale); })
                : pb::run_timed(state, [&] { table.add_to(bview, 0, scale); });
     if (s > 0) base = copy_seconds(bytes);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes, s, base);
+  });
 }
 
 // args: batch (1: a seq view), seq, offset; gradient(offset + r) += grad_output(b, r)
@@ -234,8 +209,7 @@ void BM_learned_backward(benchmark::State& state) {
   label<T>(state, "learned backward offset" + std::string(b == 1 ? " seq" : " batch"));
   if (!pb::require_device(state)) return;
   const double bytes = bytes_of<T>(b * l * D) + 2 * bytes_of<T>(l * D);
-  double s = 0, base = 0;
-  try {
+  pb::measure(state, bytes, [&](double& s, double& base) {
     pc::learned_table<T> table = device_table<T>(max_len);
     pc::device_buffer<T> g(b * l * D);
     g.zero();
@@ -244,11 +218,7 @@ void BM_learned_backward(benchmark::State& state) {
     s = b == 1 ? pb::run_timed(state, [&] { table.backward(sview, offset); })
                : pb::run_timed(state, [&] { table.backward(bview, offset); });
     if (s > 0) base = copy_seconds(bytes);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes, s, base);
+  });
 }
 
 // args: deterministic; 8 sequences of 1024 positions (each position 8 times), device ids
@@ -259,8 +229,7 @@ void BM_learned_backward_ids(benchmark::State& state) {
   if (!pb::require_device(state)) return;
   constexpr Index b = 8, l = 1024, rows = b * l;
   const double bytes = bytes_of<T>(rows * D) + 2 * bytes_of<T>(l * D);
-  double s = 0, base = 0;
-  try {
+  pb::measure(state, bytes, [&](double& s, double& base) {
     pc::learned_table<T> table = device_table<T>(max_len);
     pc::device_buffer<T> g(rows * D);
     g.zero();
@@ -272,11 +241,7 @@ void BM_learned_backward_ids(benchmark::State& state) {
     const auto mode = det ? pc::backward_mode::deterministic : pc::backward_mode::atomic;
     s = pb::run_timed(state, [&] { table.backward(view, positions.data(), rows, mode); });
     if (s > 0) base = copy_seconds(bytes);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes, s, base);
+  });
 }
 
 // W -= lr dL/dW over the whole [max_len, d] table
@@ -285,16 +250,11 @@ void BM_learned_sgd(benchmark::State& state) {
   label<T>(state, "learned sgd_step");
   if (!pb::require_device(state)) return;
   const double bytes = 3 * bytes_of<T>(max_len * D);
-  double s = 0, base = 0;
-  try {
+  pb::measure(state, bytes, [&](double& s, double& base) {
     pc::learned_table<T> table = device_table<T>(max_len);
     s = pb::run_timed(state, [&] { table.sgd_step(1e-3); });
     if (s > 0) base = copy_seconds(bytes);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes, s, base);
+  });
 }
 
 // ---- embedding layer ---------------------------------------------------------------------
@@ -308,8 +268,7 @@ void BM_embed(benchmark::State& state) {
   const Index n = embed_batch * embed_len * D;
   double bytes = 2 * bytes_of<T>(n);
   if (learned) bytes += bytes_of<T>(embed_len * D);
-  double s = 0, base = 0;
-  try {
+  pb::measure(state, bytes, [&](double& s, double& base) {
     pc::device_buffer<T> tokens(vocab * D), out(n);
     tokens.zero();
     std::mt19937_64 gen(42);
@@ -329,11 +288,7 @@ void BM_embed(benchmark::State& state) {
       s = pb::run_timed(state, [&] { pc::embed(tview, ids.data(), scale, pe, oview); });
     }
     if (s > 0) base = copy_seconds(bytes);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  pb::set_bandwidth(state, bytes, s, base);
+  });
 }
 
 void timed(benchmark::internal::Benchmark* b) { b->UseManualTime()->Unit(benchmark::kMicrosecond); }

@@ -180,5 +180,22 @@ inline void set_bandwidth(benchmark::State& state, double bytes, double seconds,
   }
 }
 
+/// The frame every benchmark shares: `run(s, base)` builds its data, sets s to run_timed()'s
+/// median and, when it ran, base to a baseline of the same bytes; a std::exception from
+/// either skips the benchmark with its message; then set_bandwidth(). Returns the seconds
+/// (0 when skipped).
+template <class Run>
+double measure(benchmark::State& state, double bytes, Run&& run) {
+  double s = 0.0, base = 0.0;
+  try {
+    run(s, base);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return 0.0;
+  }
+  set_bandwidth(state, bytes, s, base);
+  return s;
+}
+
 }  // namespace cuda
 }  // namespace posenc_bench
