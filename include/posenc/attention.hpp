@@ -10,6 +10,7 @@
 #include "attention/attention.hpp"
 #include "attention/backward.hpp"
 #include "attention/kv_cache.hpp"
+#include "attention/merge.hpp"
 #include "attention/multi_head.hpp"
 #include "attention/rotary_policy.hpp"
 #include "core/attention_config.hpp"

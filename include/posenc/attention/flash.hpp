@@ -78,6 +78,7 @@
 #include "../core/view.hpp"
 #include "../math/softmax.hpp"
 #include "attention.hpp"
+#include "merge.hpp"
 #include "multi_head.hpp"
 
 namespace posenc {
@@ -251,12 +252,32 @@ std::vector<workspace<Real>> make_workspaces(const plan<Policy, Real, TK, TV>& p
   return ws;
 }
 
+/// Writes the log-sum-exp of rows [r0, r0 + nb) of a finished block (lse: null for none).
+/// A linear-distance bias was generated shifted by a row constant (the row's largest bias is
+/// 0: math::alibi_reference), which softmax ignores but the log-sum-exp must add back.
+template <class Policy, class Real, class TL>
+void write_lse(const head_context<Policy, Real>& hc, const call_info& ci, Index r0, Index nb,
+               const workspace<Real>& w, const strided_view<TL, 3>* lse) noexcept {
+  if (lse == nullptr) return;
+  for (Index r = 0; r < nb; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    double x = math::log_sum_exp(w.m[ur], w.l[ur], w.lanes);
+    if constexpr (bias_form_v<Policy> == position_bias::linear_distance) {
+      const Index pos = ci.shape.q_offset + r0 + r, last = w.lim[ur] - 1;
+      if (last >= 0)
+        x -= hc.head.slope *
+             static_cast<double>(pos - math::alibi_reference(pos, last, hc.head.symmetric));
+    }
+    (*lse)(hc.batch, hc.head_index, r0 + r) = static_cast<TL>(x);
+  }
+}
+
 /// Prefill: units of (block of query rows, batch, head), the last blocks first (under a
 /// causal mask they see the most keys), so the costly units start early; each unit is one
 /// online softmax over its visible key tiles on the Backend's tile kernel.
-template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO>
+template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO, class TL>
 void prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
-             const strided_view<TO, 4>& out, Index threads) {
+             const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse, Index threads) {
   using T = tiles<Real>;
   const attention_shape& s = p.shape();
   const Index bh = s.batch * s.heads, workers = std::max<Index>(1, threads);
@@ -286,6 +307,7 @@ void prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
     }
     accumulate(hc, p.ci, r0, nb, last_tile, max_lim, w, tag);
     finish_block(hc, r0, nb, w, slice_bh(out, hc.batch, hc.head_index), tag);
+    write_lse(hc, p.ci, r0, nb, w, lse);
   });
 }
 
@@ -293,9 +315,9 @@ void prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
 /// state (m, l, O) computed for every head of a batch item, then the states of each
 /// (batch, head) merged in chunk order (math/softmax.hpp), so the result does not depend
 /// on the thread count.
-template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO>
+template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO, class TL>
 void decode(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
-            const strided_view<TO, 4>& out, Index threads) {
+            const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse, Index threads) {
   using T = tiles<Real>;
   const attention_shape& s = p.shape();
   const Index bh = s.batch * s.heads, workers = std::max<Index>(1, threads);
@@ -367,24 +389,29 @@ void decode(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
         if constexpr (clipped_v<Policy>) w.wb.row(r) += f * part.wb.row(r);
       }
       w.l[ur] = l;
+      w.m[ur] = mx;
+      w.lim[ur] = ::posenc::detail::visible_limit(*p.ci.mask, hc.batch, s.q_offset + r, s.len_k);
     }
+    w.lanes = false;  // the merged states are in base e, as the portable kernel keeps them
     finish_block(hc, 0, nb, w, slice_bh(out, hc.batch, hc.head_index), tag);
+    write_lse(hc, p.ci, 0, nb, w, lse);
   });
 }
 
 /// The whole multi-head call, after validation: plan, then decode or prefill.
-template <class Backend, class Policy, class TQ, class TK, class TV, class TO>
+template <class Backend, class Policy, class TQ, class TK, class TV, class TO, class TL = float>
 void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strided_view<TV, 4>& v,
          const strided_view<TO, 4>& out, const attention_shape& s, const attention_config& config,
-         const Policy& policy, Index threads) {
+         const Policy& policy, Index threads, const strided_view<TL, 3>* lse = nullptr) {
   using Real = real_t<std::remove_cv_t<TQ>>;
-  if (s.batch == 0 || s.len_q == 0 || s.dim_v == 0) return;
+  if (s.batch == 0 || s.len_q == 0) return;
+  if (s.dim_v == 0 && lse == nullptr) return;
   if (threads == 0) threads = std::max<Index>(1, std::thread::hardware_concurrency());
   const auto p = make_plan<Backend, Real>(k, v, s, config, policy, threads);
   if (p.decode)
-    decode<Backend>(p, q, out, threads);
+    decode<Backend>(p, q, out, lse, threads);
   else
-    prefill<Backend>(p, q, out, threads);
+    prefill<Backend>(p, q, out, lse, threads);
 }
 
 }  // namespace flash
@@ -421,6 +448,41 @@ void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view
   detail::check_no_overlap(where, "out", out, "k", k);
   detail::check_no_overlap(where, "out", out, "v", v);
   detail::flash::run<Backend>(q, k, v, out, s, config, policy, options.threads);
+}
+
+/// As above, and also writes each query row's log-sum-exp of its logits, lse(b, h, i) =
+/// log Σ_j exp(logit_ij) (natural log over the visible keys; -inf for a row that sees no key,
+/// NaN for a NaN row), into `lse` [B, H, Lq] (float or double; view_bhs). With it, results
+/// over disjoint key ranges merge exactly (merge_attention_states, attention/merge.hpp).
+/// \throws posenc::error as above, and for lse extents other than [B, H, Lq] or an lse that
+///         shares memory with an input or out
+template <class Backend = default_backend, class TQ, class TK, class TV, class TO, class TL,
+          class Policy = no_position_policy>
+void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
+                                const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
+                                const strided_view<TL, 3>& lse, const attention_config& config = {},
+                                const Policy& policy = Policy{},
+                                const flash_options& options = {}) {
+  static_assert(!std::is_const_v<TO> && !std::is_const_v<TL>,
+                "posenc::flash_multi_head_attention: out and lse must be writable");
+  static_assert(std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TK>> &&
+                    std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TV>>,
+                "posenc::flash_multi_head_attention: q, k and v must have the same scalar type");
+  detail::flash::check_flash_policy<Policy>();
+  const char* where = "flash_multi_head_attention";
+  detail::require(options.threads >= 0, where, "threads", options.threads,
+                  "must be >= 0 (0 = hardware concurrency)");
+  const attention_shape s = detail::multi_head_shape(q, k, v, out, config, where);
+  detail::check_attention(s, config, policy, where);
+  detail::check_lse_view(lse, s.batch, s.heads, s.len_q, where, "lse");
+  detail::check_no_overlap(where, "out", out, "q", q);
+  detail::check_no_overlap(where, "out", out, "k", k);
+  detail::check_no_overlap(where, "out", out, "v", v);
+  detail::check_no_overlap(where, "lse", lse, "q", q);
+  detail::check_no_overlap(where, "lse", lse, "k", k);
+  detail::check_no_overlap(where, "lse", lse, "v", v);
+  detail::check_no_overlap(where, "lse", lse, "out", out);
+  detail::flash::run<Backend>(q, k, v, out, s, config, policy, options.threads, &lse);
 }
 
 /// Tiled multi-head attention for one sequence with the heads packed along the columns:
