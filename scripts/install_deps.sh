@@ -3,7 +3,8 @@
 # only when something is missing. Needs root or sudo for apt-get.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libeigen3-dev catch2 libbenchmark-dev libstb-dev python3-numpy)
+packages=(cmake ninja-build g++ libeigen3-dev catch2 libbenchmark-dev libstb-dev python3-numpy
+          libopenmpi-dev openmpi-bin)
 if [[ "${POSENC_WITH_TORCH:-1}" == 1 ]]; then packages+=(python3-torch); fi
 if [[ -n "${POSENC_EXTRA_PACKAGES:-}" ]]; then read -r -a extra <<<"$POSENC_EXTRA_PACKAGES"; packages+=("${extra[@]}"); fi
 
