@@ -9,11 +9,13 @@
 ///     #include <posenc/cuda.cuh>
 ///     posenc::rotary_embedding<float, posenc::backend::cuda> rope(config, seq_len);
 ///     rope.apply_qk(posenc::view_bshd(q, B, L, Hq, D), posenc::view_bshd(k, B, L, Hk, D), 0);
+///     posenc::cuda::flash_multi_head_attention(q_view, k_view, v_view, out_view, config);
 
 #if !defined(__CUDACC__)
 #error "<posenc/cuda.cuh>: compile this translation unit with nvcc (the CUDA backend)"
 #endif
 
+#include "attention/cuda/flash.cuh"
 #include "backend/cuda/runtime.cuh"
 #include "encoding/cuda/bias.cuh"
 #include "encoding/cuda/learned.cuh"

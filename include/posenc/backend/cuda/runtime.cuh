@@ -141,6 +141,51 @@ void copy_to_host(T* host, const T* device, Index count, cudaStream_t stream = n
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize(copy_to_host)");
 }
 
+/// Device scratch memory in stream order (cudaMallocAsync / cudaFreeAsync on one stream):
+/// what a call uploads for its kernels (tables, masks, partial results) can be released as
+/// the call returns, before the kernels have run, without waiting for them. Move-only.
+template <class T>
+class stream_buffer {
+ public:
+  stream_buffer() = default;
+  stream_buffer(Index count, cudaStream_t stream) : stream_(stream) {
+    detail::require(count >= 0, "cuda::stream_buffer", "count", count, "must be >= 0");
+    if (count == 0) return;
+    detail::require(static_cast<unsigned long long>(count) <= ULLONG_MAX / sizeof(T),
+                    "cuda::stream_buffer", "count", count, "the size in bytes overflows");
+    void* p = nullptr;
+    check(cudaMallocAsync(&p, static_cast<std::size_t>(count) * sizeof(T), stream),
+          "cudaMallocAsync");
+    data_ = static_cast<T*>(p);
+  }
+  /// A device copy of `count` host elements, in stream order.
+  stream_buffer(const T* host, Index count, cudaStream_t stream) : stream_buffer(count, stream) {
+    copy_to_device(data_, host, count, stream);
+  }
+  stream_buffer(const stream_buffer&) = delete;
+  stream_buffer& operator=(const stream_buffer&) = delete;
+  stream_buffer(stream_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), stream_(o.stream_) {}
+  stream_buffer& operator=(stream_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      stream_ = o.stream_;
+    }
+    return *this;
+  }
+  ~stream_buffer() { release(); }
+  T* data() const noexcept { return data_; }
+
+ private:
+  void release() noexcept {
+    if (data_) (void)cudaFreeAsync(data_, stream_);  // after the work queued before it
+    data_ = nullptr;
+  }
+  T* data_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
 /// A device copy of any Eigen matrix, stored row-major (one token per row), as the views
 /// of the API expect.
 template <class Derived>

@@ -133,6 +133,42 @@ class rotary_embedding<Scalar, backend::cuda> {
     apply_qk(as_heads(q), as_heads(k), positions, stream);
   }
 
+  /// Where a kernel that rotates as it loads (cuda::flash_multi_head_attention) finds the
+  /// angles: the pairing, and the cos/sin rows on the device, grown first as apply() grows
+  /// them for positions up to max_pos (cached mode; -1: as they are), and past them the
+  /// frequencies the rows are computed from. Only the angle fields are set.
+  kernels::rope_device_args<Scalar, real_type> device_angles(Index max_pos,
+                                                             cudaStream_t stream = nullptr) {
+    if (options().cache == rope_cache_mode::cached && max_pos >= 0) {
+      const Index want = std::min(max_pos, options().cache_limit - 1);
+      if (want >= host_.cache().size()) {
+        // geometric growth: amortised O(1) rows per decoded token
+        host_.reserve(
+            std::min(options().cache_limit, std::max(want + 1, 2 * host_.cache().size())));
+        upload(stream);
+      }
+    }
+    const rope_frequencies& f = frequencies();
+    kernels::rope_device_args<Scalar, real_type> a;
+    a.head_dim = head_dim();
+    a.pairs = rotary_dim() / 2;
+    a.pair_step = pairing() == rope_pairing::half ? 1 : 2;
+    a.pair_offset = pairing() == rope_pairing::half ? a.pairs : 1;
+    if (options().cache == rope_cache_mode::cached) {
+      a.cache_cos_q = rows_[0].data();
+      a.cache_sin_q = rows_[1].data();
+      a.cache_cos_k = f.has_xpos() ? rows_[2].data() : a.cache_cos_q;
+      a.cache_sin_k = f.has_xpos() ? rows_[3].data() : a.cache_sin_q;
+      a.cache_rows = device_rows_;
+    }
+    a.inv_freq = inv_freq_.data();
+    a.attention_factor = f.attention_factor;
+    a.xpos_scale_base = f.xpos_scale_base;
+    a.xpos_gamma = f.xpos_gamma;
+    a.float32_reference = options().precision == rope_precision::float32_reference;
+    return a;
+  }
+
  private:
   using job = detail::rope_job<Scalar>;
 
@@ -186,29 +222,14 @@ class rotary_embedding<Scalar, backend::cuda> {
         detail::validate_rope_jobs(head_dim(), jobs, count, positions, true, where);
     const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
     if (max_pos < 0 || batch == 0) return;
-    const bool cached = options().cache == rope_cache_mode::cached;
     // host-known positions grow the cache as on the CPU; device ids use what it holds,
     // and their other rows are computed on the fly
-    if (cached && max_pos != std::numeric_limits<Index>::max()) {
-      const Index want = std::min(max_pos, options().cache_limit - 1);
-      if (want >= host_.cache().size()) {
-        // geometric growth: amortised O(1) rows per decoded token
-        host_.reserve(
-            std::min(options().cache_limit, std::max(want + 1, 2 * host_.cache().size())));
-        upload(stream);
-      }
-    }
-
-    const rope_frequencies& f = frequencies();
-    kernels::rope_device_args<Scalar, real_type> a;
+    kernels::rope_device_args<Scalar, real_type> a =
+        device_angles(max_pos == std::numeric_limits<Index>::max() ? -1 : max_pos, stream);
     for (int j = 0; j < count; ++j) a.tensor[j] = tensor(jobs[j]);
     a.tensors = count;
     a.batch = batch;
     a.seq = seq;
-    a.head_dim = head_dim();
-    a.pairs = rotary_dim() / 2;
-    a.pair_step = pairing() == rope_pairing::half ? 1 : 2;
-    a.pair_offset = pairing() == rope_pairing::half ? a.pairs : 1;
     a.inverse = inverse;
     a.offset = positions.has_ids() ? 0 : positions.offset();
     if (positions.has_ids()) {
@@ -221,18 +242,6 @@ class rotary_embedding<Scalar, backend::cuda> {
         a.ids = ids_.data();
       }
     }
-    if (cached) {
-      a.cache_cos_q = rows_[0].data();
-      a.cache_sin_q = rows_[1].data();
-      a.cache_cos_k = f.has_xpos() ? rows_[2].data() : a.cache_cos_q;
-      a.cache_sin_k = f.has_xpos() ? rows_[3].data() : a.cache_sin_q;
-      a.cache_rows = device_rows_;
-    }
-    a.inv_freq = inv_freq_.data();
-    a.attention_factor = f.attention_factor;
-    a.xpos_scale_base = f.xpos_scale_base;
-    a.xpos_gamma = f.xpos_gamma;
-    a.float32_reference = options().precision == rope_precision::float32_reference;
     const bool check = positions.on_device() && positions.count() > 0;
     if (check) {
       flag_.arm(stream);

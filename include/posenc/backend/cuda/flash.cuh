@@ -1,0 +1,517 @@
+#pragma once
+/// \file
+/// The flash attention device kernels: an online-softmax forward over key tiles (Dao et al.
+/// 2022) with the position schemes generated inside the tiles, its split-key variant for
+/// decoding (Dao et al. 2023, "Flash-Decoding") with the reduction of the splits, and the
+/// merge of two partial results (attention/merge.hpp's maths on the device).
+///
+/// The general (SIMT) path: every storage type, any d and dv up to 256, arithmetic in
+/// real_t<T> (float for float, half and bfloat16; double for double). Mapping:
+///
+///     block     128 threads (4 warps) = 32 "rows"; a row is one (query head, query) of
+///               one (batch b, key head g): the rows of the group's query heads follow each
+///               other (h = g·group + r / Lq, i = r % Lq), so K and V are read once per
+///               group (GQA, MQA) and a decode step with Lq = 1 fills the block with heads
+///     grid      (row block, b·H_kv + g, key split), flattened into x
+///     per tile  32 keys: K and V converted to real_t<T> into shared memory (RoPE applied
+///               to K as it is loaded); each warp takes 8 rows, each lane one key for the
+///               logits (Q·Kᵀ from shared memory), the online softmax per row with warp
+///               shuffles for the maximum (the sums stay per lane until the end), then
+///               each lane 1-8 columns of P·V for the warp's 8 rows
+///
+/// Positions inside the tiles: ALiBi as −slope·|ref − j| (the row constant of
+/// math::alibi_reference, added back to the log-sum-exp), T5 through math's bucket
+/// function with the host's boundaries (t5_bucket_of) and a [H, buckets] table, any other
+/// distance table as one contiguous run per (batch, head), RoPE from the rotary
+/// embedding's device cos/sin rows (or computed as its kernel computes them). Masks:
+/// causal with a query offset and key lengths in the loop bounds; a boolean and an
+/// additive [Lq, Lk] mask read per logit (the slow path).
+///
+/// Not for direct inclusion: use posenc/attention/cuda/flash.cuh.
+
+#include <climits>
+#include <cstdint>
+
+#include "../../config.hpp"
+#include "../../core/types.hpp"
+#include "../../math/alibi.hpp"
+#include "../../math/rotation.hpp"
+#include "../../math/softmax.hpp"
+#include "bias.cuh"
+#include "rotary.cuh"
+#include "runtime.cuh"
+
+namespace posenc {
+namespace kernels {
+
+/// How the bias of a device flash call is generated.
+enum class flash_bias : int { none, linear_distance, t5, distance_table };
+
+/// Tile sizes of the general kernel (the warp mapping in the file comment fixes them).
+struct flash_tiles {
+  static constexpr int rows = 32;          ///< rows per block
+  static constexpr int keys = 32;          ///< keys per tile (one per lane)
+  static constexpr int warps = 4;          ///< warps per block
+  static constexpr int rows_per_warp = 8;  ///< rows = warps · rows_per_warp
+  static constexpr int max_dim = 256;      ///< d and dv
+  static constexpr int threads = 32 * warps;
+};
+
+/// The arguments of a device flash call, validated on the host by attention/cuda/flash.cuh.
+/// Strides are in elements: q, out [B, Lq, H, ·]; k, v [B, Lk, H_kv, ·] (batch, seq, head,
+/// dim). Acc = real_t<T>.
+template <class T, class Acc>
+struct flash_args {
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  T* out = nullptr;
+  Index q_stride[4] = {}, k_stride[4] = {}, v_stride[4] = {}, out_stride[4] = {};
+  Index batch = 0, heads = 0, kv_heads = 0, len_q = 0, len_k = 0, dim = 0, dim_v = 0;
+  Index q_offset = 0;
+  Acc scale = 1;
+
+  // masks
+  bool causal = false;
+  const Index* key_lengths = nullptr;      ///< device [B], or null
+  const unsigned char* allowed = nullptr;  ///< device [Lq, Lk] (1 = may attend), or null
+  const Acc* additive = nullptr;           ///< device [Lq, Lk], or null
+
+  // position bias
+  flash_bias bias = flash_bias::none;
+  const Acc* slopes = nullptr;               ///< linear_distance: [B·H]
+  const unsigned char* symmetric = nullptr;  ///< linear_distance: [B·H]
+  const Acc* t5_table = nullptr;             ///< t5: [H, num_buckets]
+  t5_bucket_params t5{};
+  const Acc* tables = nullptr;  ///< distance_table: [B·H, table_len], entry j − pos − rel_min
+  Index table_len = 0;
+  Index rel_min = 0;
+
+  // rotary: q and k rotated as they are loaded (pairs == 0: none)
+  rope_device_args<T, Acc> rope{};
+
+  // outputs: lse [B, H, Lq] (null: none); with splits > 1, each split's normalised output
+  // and log-sum-exp go to part_out [splits, B·H·Lq, dv] and part_lse [splits, B·H·Lq]
+  Acc* lse = nullptr;
+  Index lse_stride[3] = {};
+  Index splits = 1;
+  Index split_keys = 0;  ///< keys per split, a multiple of flash_tiles::keys
+  Acc* part_out = nullptr;
+  Acc* part_lse = nullptr;
+  Index row_blocks = 0;  ///< ceil(group · Lq / flash_tiles::rows)
+};
+
+/// Dynamic shared memory of the general kernel for head dims d, dv and arithmetic Acc.
+template <class Acc>
+constexpr std::size_t flash_shared_bytes(Index d, Index dv) {
+  using F = flash_tiles;
+  return sizeof(Acc) * static_cast<std::size_t>(F::rows * d + F::keys * (d + 1) + F::keys * dv +
+                                                F::warps * F::rows_per_warp * F::keys);
+}
+
+namespace cuda_detail {
+
+template <class V>
+__device__ inline V warp_max(V x) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const V y = __shfl_xor_sync(0xffffffffu, x, o);
+    x = y > x ? y : x;
+  }
+  return x;
+}
+
+template <class V>
+__device__ inline V warp_sum(V x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/// Element c of the head vector x (`stride` apart) at position n, rotated as the rotary
+/// kernel rotates it (math::rotate_pair_fused; the tail past the rotary dims unchanged).
+template <class T, class Acc>
+__device__ inline Acc rotated(const rope_device_args<T, Acc>& r, const T* x, Index stride, Index c,
+                              Index n, bool key) {
+  const Index pairs = r.pairs;
+  if (c >= 2 * pairs) return static_cast<Acc>(x[c * stride]);
+  // the pair (da, db) that holds c, and which of the two c is
+  Index i, da;
+  bool second;
+  if (r.pair_step == 1) {  // half: (i, i + pairs)
+    second = c >= pairs;
+    i = second ? c - pairs : c;
+    da = i;
+  } else {  // interleaved: (2i, 2i + 1)
+    second = (c & 1) != 0;
+    i = c >> 1;
+    da = 2 * i;
+  }
+  const Index db = da + r.pair_offset;
+  Acc cs, sn;
+  const bool key_rows = key && r.xpos_scale_base > 0.0;
+  if (n < r.cache_rows) {
+    const Index e = n * pairs + i;
+    cs = key_rows ? r.cache_cos_k[e] : r.cache_cos_q[e];
+    sn = key_rows ? r.cache_sin_k[e] : r.cache_sin_q[e];
+  } else {
+    rope_angle(r, n, i, key_rows, cs, sn);
+  }
+  Acc ya, yb;
+  math::rotate_pair_fused(static_cast<Acc>(x[da * stride]), static_cast<Acc>(x[db * stride]), cs,
+                          sn, ya, yb);
+  return second ? yb : ya;
+}
+
+/// Keys [0, limit) are the only ones the row at `pos` of batch b can see.
+template <class T, class Acc>
+__device__ inline Index row_limit(const flash_args<T, Acc>& a, Index b, Index pos) {
+  Index lim = a.len_k;
+  if (a.key_lengths) lim = a.key_lengths[b] < lim ? a.key_lengths[b] : lim;
+  if (a.causal) lim = pos + 1 < lim ? pos + 1 : lim;
+  return lim > 0 ? lim : 0;
+}
+
+template <class T, class Acc, int DVL>
+__global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash_args<T, Acc> a) {
+  using F = flash_tiles;
+  constexpr int R = F::rows_per_warp;
+  extern __shared__ __align__(16) unsigned char flash_shared[];
+  __shared__ Index row_pos[F::rows], row_lim[F::rows], row_h[F::rows], row_i[F::rows];
+  __shared__ Acc row_slope[F::rows], row_shift[F::rows];
+  __shared__ Index row_ref[F::rows], block_end;
+
+  const int d = static_cast<int>(a.dim), dv = static_cast<int>(a.dim_v), ldk = d + 1;
+  Acc* const qs = reinterpret_cast<Acc*>(flash_shared);  // [rows, d]: scale · rotated q
+  Acc* const ks = qs + F::rows * d;                      // [keys, d + 1]
+  Acc* const vs = ks + F::keys * ldk;                    // [keys, dv]
+  Acc* const ps = vs + F::keys * dv;                     // [warps, R, keys]
+
+  const Index group = a.heads / a.kv_heads, rows_total = group * a.len_q;
+  const Index bg_count = a.batch * a.kv_heads;
+  Index blk = blockIdx.x;
+  const Index rb = blk % a.row_blocks;
+  blk /= a.row_blocks;
+  const Index bg = blk % bg_count, split = blk / bg_count;
+  const Index b = bg / a.kv_heads, g = bg - b * a.kv_heads;
+  const Index k_lo = split * a.split_keys;
+  const Index k_hi = k_lo + a.split_keys < a.len_k ? k_lo + a.split_keys : a.len_k;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // the block's rows: head, query, position, visible limit, ALiBi row constant
+  if (threadIdx.x < F::rows) {
+    const int r = threadIdx.x;
+    const Index rg = rb * F::rows + r;
+    Index h = g * group, i = 0, lim = 0;
+    if (rg < rows_total) {
+      h = g * group + rg / a.len_q;
+      i = rg % a.len_q;
+      lim = row_limit(a, b, a.q_offset + i);
+    }
+    row_h[r] = h;
+    row_i[r] = i;
+    row_pos[r] = a.q_offset + i;
+    row_lim[r] = rg < rows_total ? lim : 0;
+    Acc slope = 0, shift = 0;
+    Index ref = 0;
+    if (a.bias == flash_bias::linear_distance && lim > 0) {
+      const Index bh = b * a.heads + h;
+      slope = a.slopes[bh];
+      ref = math::alibi_reference(a.q_offset + i, lim - 1, a.symmetric[bh] != 0);
+      shift = -slope * static_cast<Acc>(a.q_offset + i - ref);  // bias = shifted bias + shift
+    }
+    row_slope[r] = slope;
+    row_shift[r] = shift;
+    row_ref[r] = ref;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Index mx = 0;
+    for (int r = 0; r < F::rows; ++r) mx = row_lim[r] > mx ? row_lim[r] : mx;
+    block_end = mx < k_hi ? mx : k_hi;
+  }
+  // the queries: rotated, times the scale
+  for (int e = threadIdx.x; e < F::rows * d; e += blockDim.x) {
+    const int r = e / d, c = e - r * d;
+    Acc x = 0;
+    if (row_lim[r] > 0 || rb * F::rows + r < rows_total) {
+      const T* qr = a.q + b * a.q_stride[0] + row_i[r] * a.q_stride[1] + row_h[r] * a.q_stride[2];
+      x = a.rope.pairs > 0 ? rotated(a.rope, qr, a.q_stride[3], c, row_pos[r], false)
+                           : static_cast<Acc>(qr[c * a.q_stride[3]]);
+    }
+    qs[e] = x * a.scale;
+  }
+  __syncthreads();
+  const Index k_end = block_end;
+
+  Acc acc[R][DVL];
+  Acc m[R], lsum[R];
+  bool bad[R];
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    lsum[r] = 0;
+    bad[r] = false;
+    for (int c = 0; c < DVL; ++c) acc[r][c] = 0;
+  }
+  const int r0 = warp * R;
+  const Acc* const qw = qs + r0 * d;
+  Acc* const pw = ps + warp * R * F::keys;
+
+  for (Index k0 = k_lo; k0 < k_end; k0 += F::keys) {
+    const int nk = static_cast<int>(k_end - k0 < F::keys ? k_end - k0 : F::keys);
+    __syncthreads();  // the previous tile is no longer read
+    for (int e = threadIdx.x; e < F::keys * d; e += blockDim.x) {
+      const int j = e / d, c = e - j * d;
+      Acc x = 0;
+      if (j < nk) {
+        const T* kr = a.k + b * a.k_stride[0] + (k0 + j) * a.k_stride[1] + g * a.k_stride[2];
+        x = a.rope.pairs > 0 ? rotated(a.rope, kr, a.k_stride[3], c, k0 + j, true)
+                             : static_cast<Acc>(kr[c * a.k_stride[3]]);
+      }
+      ks[j * ldk + c] = x;
+    }
+    for (int e = threadIdx.x; e < F::keys * dv; e += blockDim.x) {
+      const int j = e / dv, c = e - j * dv;
+      vs[e] = j < nk ? static_cast<Acc>(a.v[b * a.v_stride[0] + (k0 + j) * a.v_stride[1] +
+                                            g * a.v_stride[2] + c * a.v_stride[3]])
+                     : Acc(0);
+    }
+    __syncthreads();
+
+    // logits: lane = key k0 + lane, for the warp's R rows
+    Acc s[R];
+    for (int r = 0; r < R; ++r) s[r] = 0;
+    const Acc* kr = ks + lane * ldk;
+    for (int c = 0; c < d; ++c) {
+      const Acc kc = kr[c];
+      for (int r = 0; r < R; ++r) s[r] = fma(qw[r * d + c], kc, s[r]);
+    }
+    const Index j = k0 + lane;
+    for (int r = 0; r < R; ++r) {
+      const int br = r0 + r;
+      bool visible = lane < nk && j < row_lim[br];
+      Acc x = s[r];
+      if (visible) {
+        const Index pos = row_pos[br], h = row_h[br];
+        switch (a.bias) {
+          case flash_bias::linear_distance: {
+            const Index dist = row_ref[br] - j;
+            x -= row_slope[br] * static_cast<Acc>(dist < 0 ? -dist : dist);
+            break;
+          }
+          case flash_bias::t5:
+            x += a.t5_table[h * a.t5.num_buckets + t5_bucket_of(j - pos, a.t5)];
+            break;
+          case flash_bias::distance_table:
+            x += a.tables[(b * a.heads + h) * a.table_len + (j - pos - a.rel_min)];
+            break;
+          default:
+            break;
+        }
+        const Index e = row_i[br] * a.len_k + j;
+        if (a.allowed && !a.allowed[e]) visible = false;
+        if (a.additive) x += a.additive[e];
+        if (x == -INFINITY) visible = false;
+        if (visible && !(x < INFINITY)) bad[r] = true;  // NaN or +inf: a NaN row
+      }
+      const Acc sv = visible && x < INFINITY ? x : -INFINITY;
+      const Acc tile_max = warp_max(sv);
+      const Acc m_new = tile_max > m[r] ? tile_max : m[r];
+      Acc p = 0, alpha = 1;
+      if (m_new != -INFINITY) {
+        alpha = exp(m[r] - m_new);  // 0 on the row's first visible tile
+        p = sv == -INFINITY ? Acc(0) : exp(sv - m_new);
+      }
+      m[r] = m_new;
+      lsum[r] = fma(lsum[r], alpha, p);
+      for (int c = 0; c < DVL; ++c) acc[r][c] *= alpha;
+      pw[r * F::keys + lane] = p;
+    }
+    __syncwarp();
+    // P·V: lane takes columns lane, lane + 32, ...
+    for (int jj = 0; jj < nk; ++jj) {
+      Acc vj[DVL];
+      for (int c = 0; c < DVL; ++c) {
+        const int col = lane + 32 * c;
+        vj[c] = col < dv ? vs[jj * dv + col] : Acc(0);
+      }
+      for (int r = 0; r < R; ++r) {
+        const Acc p = pw[r * F::keys + jj];
+        for (int c = 0; c < DVL; ++c) acc[r][c] = fma(p, vj[c], acc[r][c]);
+      }
+    }
+    __syncwarp();
+  }
+
+  // finish: normalise; write the output (or this split's partial state) and the lse
+  for (int r = 0; r < R; ++r) {
+    const int br = r0 + r;
+    const Acc l = warp_sum(lsum[r]);
+    const bool nan_row = __any_sync(0xffffffffu, bad[r]);
+    if (rb * F::rows + br >= rows_total) continue;
+    const Index h = row_h[br], i = row_i[br];
+    const Acc inv = nan_row ? Acc(NAN) : l > 0 ? Acc(1) / l : Acc(0);
+    const Acc lse = nan_row ? Acc(NAN) : l > 0 ? m[r] + log(l) + row_shift[br] : Acc(-INFINITY);
+    const Index row = (b * a.heads + h) * a.len_q + i;
+    if (a.splits > 1) {
+      Acc* po = a.part_out + (split * a.batch * a.heads * a.len_q + row) * a.dim_v;
+      for (int c = 0; c < DVL; ++c) {
+        const int col = lane + 32 * c;
+        if (col < dv) po[col] = acc[r][c] * inv;
+      }
+      if (lane == 0) a.part_lse[split * a.batch * a.heads * a.len_q + row] = lse;
+    } else {
+      T* o = a.out + b * a.out_stride[0] + i * a.out_stride[1] + h * a.out_stride[2];
+      for (int c = 0; c < DVL; ++c) {
+        const int col = lane + 32 * c;
+        if (col < dv) o[col * a.out_stride[3]] = static_cast<T>(acc[r][c] * inv);
+      }
+      if (lane == 0 && a.lse)
+        a.lse[b * a.lse_stride[0] + h * a.lse_stride[1] + i * a.lse_stride[2]] = lse;
+    }
+  }
+}
+
+/// Folds the splits of every row (one warp per row): out and lse as the merge of
+/// attention/merge.hpp applied split after split, written once.
+template <class T, class Acc>
+__global__ void __launch_bounds__(128) flash_reduce_kernel(const flash_args<T, Acc> a) {
+  const Index rows = a.batch * a.heads * a.len_q;
+  const Index row = static_cast<Index>(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  Acc mx = -INFINITY;
+  bool nan_row = false;
+  for (Index s = 0; s < a.splits; ++s) {
+    const Acc x = a.part_lse[s * rows + row];
+    if (isnan(x)) nan_row = true;
+    mx = x > mx ? x : mx;
+  }
+  const Index i = row % a.len_q, bh = row / a.len_q, h = bh % a.heads, b = bh / a.heads;
+  T* o = a.out + b * a.out_stride[0] + i * a.out_stride[1] + h * a.out_stride[2];
+  Acc total = 0;
+  for (Index s = 0; s < a.splits; ++s) {
+    const Acc x = a.part_lse[s * rows + row];
+    if (x != -INFINITY) total += exp(x - mx);
+  }
+  for (Index c = lane; c < a.dim_v; c += 32) {
+    Acc y = 0;
+    if (nan_row) {
+      y = NAN;
+    } else if (mx != -INFINITY) {
+      for (Index s = 0; s < a.splits; ++s) {
+        const Acc x = a.part_lse[s * rows + row];
+        if (x != -INFINITY) y += exp(x - mx) * a.part_out[(s * rows + row) * a.dim_v + c];
+      }
+      y /= total;
+    }
+    o[c * a.out_stride[3]] = static_cast<T>(y);
+  }
+  if (lane == 0 && a.lse)
+    a.lse[b * a.lse_stride[0] + h * a.lse_stride[1] + i * a.lse_stride[2]] = nan_row ? Acc(NAN)
+                                                                             : mx == -INFINITY
+                                                                                 ? Acc(-INFINITY)
+                                                                                 : mx + log(total);
+}
+
+}  // namespace cuda_detail
+
+namespace cuda_detail {
+
+/// The tiles kernel for dv <= 32·DVL, with the shared memory it needs allowed first.
+template <int DVL, class T, class Acc>
+void launch_tiles(const flash_args<T, Acc>& a, unsigned blocks, std::size_t shared,
+                  cudaStream_t stream) {
+  cuda::check(
+      cudaFuncSetAttribute(flash_kernel<T, Acc, DVL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared)),
+      "cudaFuncSetAttribute(flash_kernel shared memory)");
+  flash_kernel<T, Acc, DVL><<<blocks, flash_tiles::threads, shared, stream>>>(a);
+  cuda::check_launch("posenc::kernels::flash_kernel");
+}
+
+}  // namespace cuda_detail
+
+/// Runs a validated device flash call on `stream`: the tiles kernel, then (splits > 1) the
+/// reduction of the splits. The caller has checked the shared memory (flash_shared_bytes,
+/// within the device's limit) and sized the split workspace.
+template <class T, class Acc>
+void flash_forward(backend::cuda const&, const flash_args<T, Acc>& a, cudaStream_t stream) {
+  const Index blocks = a.row_blocks * a.batch * a.kv_heads * a.splits;
+  if (blocks == 0) return;
+  const auto grid = static_cast<unsigned>(blocks);
+  const std::size_t shared = flash_shared_bytes<Acc>(a.dim, a.dim_v);
+  if (a.dim_v <= 32)
+    cuda_detail::launch_tiles<1>(a, grid, shared, stream);
+  else if (a.dim_v <= 64)
+    cuda_detail::launch_tiles<2>(a, grid, shared, stream);
+  else if (a.dim_v <= 128)
+    cuda_detail::launch_tiles<4>(a, grid, shared, stream);
+  else
+    cuda_detail::launch_tiles<8>(a, grid, shared, stream);
+  if (a.splits > 1) {
+    const Index rows = a.batch * a.heads * a.len_q;
+    cuda_detail::flash_reduce_kernel<T, Acc>
+        <<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(a);
+    cuda::check_launch("posenc::kernels::flash_reduce_kernel");
+  }
+}
+
+/// The views of one device merge (attention/merge.hpp): [B, L, H, dv] outputs, [B, H, L]
+/// log-sum-exps, strides in elements.
+template <class TA, class TB, class TO, class LA, class LB, class LO>
+struct merge_args {
+  const TA* o_a = nullptr;
+  const TB* o_b = nullptr;
+  TO* out = nullptr;
+  const LA* lse_a = nullptr;
+  const LB* lse_b = nullptr;
+  LO* lse_out = nullptr;
+  Index oa_stride[4] = {}, ob_stride[4] = {}, out_stride[4] = {};
+  Index la_stride[3] = {}, lb_stride[3] = {}, lo_stride[3] = {};
+  Index batch = 0, len = 0, heads = 0, dim_v = 0;
+};
+
+namespace cuda_detail {
+
+/// One warp per (b, h, i) row. A row reads all of its inputs before any lane writes (the
+/// output may be an input itself).
+template <class Acc, class TA, class TB, class TO, class LA, class LB, class LO>
+__global__ void __launch_bounds__(128) merge_kernel(const merge_args<TA, TB, TO, LA, LB, LO> a) {
+  const Index rows = a.batch * a.heads * a.len;
+  const Index row = static_cast<Index>(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // the whole warp: the __syncwarp below is the warp's
+  const Index i = row % a.len, bh = row / a.len, h = bh % a.heads, b = bh / a.heads;
+  Acc wa, wb, lse;
+  math::merge_weights(
+      static_cast<Acc>(a.lse_a[b * a.la_stride[0] + h * a.la_stride[1] + i * a.la_stride[2]]),
+      static_cast<Acc>(a.lse_b[b * a.lb_stride[0] + h * a.lb_stride[1] + i * a.lb_stride[2]]), wa,
+      wb, lse);
+  const TA* oa = a.o_a + b * a.oa_stride[0] + i * a.oa_stride[1] + h * a.oa_stride[2];
+  const TB* ob = a.o_b + b * a.ob_stride[0] + i * a.ob_stride[1] + h * a.ob_stride[2];
+  TO* o = a.out + b * a.out_stride[0] + i * a.out_stride[1] + h * a.out_stride[2];
+  for (Index c = lane; c < a.dim_v; c += 32) {  // each element read, then written, by one lane
+    Acc x = isnan(wa) ? wa : Acc(0);
+    if (wa > 0) x += wa * static_cast<Acc>(oa[c * a.oa_stride[3]]);
+    if (wb > 0) x += wb * static_cast<Acc>(ob[c * a.ob_stride[3]]);
+    o[c * a.out_stride[3]] = static_cast<TO>(x);
+  }
+  __syncwarp();  // every lane has read the row's lse before lane 0 may overwrite it
+  if (lane == 0)
+    a.lse_out[b * a.lo_stride[0] + h * a.lo_stride[1] + i * a.lo_stride[2]] = static_cast<LO>(lse);
+}
+
+}  // namespace cuda_detail
+
+/// Merges on `stream` (asynchronous); Acc: the arithmetic.
+template <class Acc, class TA, class TB, class TO, class LA, class LB, class LO>
+void merge_states(backend::cuda const&, const merge_args<TA, TB, TO, LA, LB, LO>& a,
+                  cudaStream_t stream) {
+  const Index rows = a.batch * a.heads * a.len;
+  if (rows == 0) return;
+  cuda_detail::merge_kernel<Acc, TA, TB, TO, LA, LB, LO>
+      <<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(a);
+  cuda::check_launch("posenc::kernels::merge_kernel");
+}
+
+}  // namespace kernels
+}  // namespace posenc
