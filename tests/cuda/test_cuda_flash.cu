@@ -5,8 +5,7 @@
 //
 // Bounds, max |device − reference| / max |reference| over the output (docs/backends.md):
 //   float 2e-5, double 1e-12, half 2e-3 (one rounding of the output to 11 bits, plus
-//   float arithmetic), bfloat16 1e-2 (8 bits); lse: 2e-5·(1 + |lse|) in float, 1e-12 in
-//   double.
+//   float arithmetic), bfloat16 1e-2 (8 bits); lse: the same bound times (1 + |lse|).
 // Every output buffer starts as a sentinel (NaN) with padding around the view: a row not
 // written, or a write outside the view, fails.
 #include <algorithm>
@@ -162,14 +161,24 @@ void compare(const result& got, const result& want, double tol, bool lse = true)
   INFO("max |device - reference| = " << err << ", max |reference| = " << scale);
   CHECK(err <= tol * std::max(scale, 1e-30));
   if (!lse) return;
-  const double lt = tol < 1e-6 ? tol : 2e-5;  // lse is float arithmetic for 16-bit types too
-  Index bad = 0;
+  // the lse bound is the output's, relative to 1 + |lse|: for 16-bit storage the tensor-core
+  // kernel rounds RoPE'd q and k to the storage type, which moves the logits by that much
+  const double lt = tol;
+  double worst = 0;  // max |lse error| / (1 + |lse|); infinite where -inf or NaN disagree
+  std::size_t at = 0;
   for (std::size_t e = 0; e < want.lse.size(); ++e) {
     const double w = want.lse[e], g = got.lse[e];
-    const bool ok = w == -inf ? g == -inf : std::abs(g - w) <= lt * (1 + std::abs(w));
-    if (!ok && bad++ < 3) INFO("lse[" << e << "] = " << g << ", want " << w);
-    CHECK(ok);
+    const double r = std::isnan(w) && std::isnan(g) ? 0.0
+                     : w == -inf                    ? (g == -inf ? 0.0 : inf)
+                                                    : std::abs(g - w) / (1 + std::abs(w));
+    if (!(r <= worst)) {
+      worst = std::isnan(r) ? inf : r;
+      at = e;
+    }
   }
+  INFO("worst lse[" << at << "] = " << (got.lse.empty() ? 0.0 : got.lse[at]) << ", want "
+                    << (want.lse.empty() ? 0.0 : want.lse[at]));
+  CHECK(worst <= lt);
 }
 
 posenc::alibi_policy alibi(Index heads, posenc::alibi_form form = posenc::alibi_form::causal) {
@@ -268,6 +277,11 @@ TEST_CASE("cuda flash: double, half and bfloat16") {
   every_scheme<double>({2, 4, 2, 40, 75, 64, 64}, 0, false);
   every_scheme<Eigen::half>({2, 4, 2, 40, 75, 128, 128}, 0, false);
   every_scheme<Eigen::bfloat16>({2, 4, 1, 40, 75, 64, 64}, 0, true);
+  every_scheme<Eigen::half>({1, 4, 2, 20, 40, 96, 96}, 0, false);  // tensor cores, d = 96
+  every_scheme<Eigen::bfloat16>({1, 2, 1, 20, 40, 80, 80}, 0, false);
+  // 16-bit storage off the tensor-core path (d = 40: the general kernel)
+  every_scheme<Eigen::half>({1, 4, 2, 33, 70, 40, 40}, 0, false);
+  every_scheme<Eigen::bfloat16>({1, 4, 2, 33, 70, 40, 40}, 2, false);
 }
 
 TEST_CASE("cuda flash: split-key decode (1-8 queries against long caches), any split count") {
@@ -278,7 +292,7 @@ TEST_CASE("cuda flash: split-key decode (1-8 queries against long caches), any s
 }
 
 TEST_CASE("cuda flash: boolean and additive masks, fully masked rows, NaN rows") {
-  const shape z{2, 2, 1, 9, 20, 16, 8};
+  const shape z{2, 2, 1, 9, 200, 16, 8};  // 200 keys: splits = 3 gives 2 splits of 128
   const problem<float> p(z, 3);
   posenc::attention_config cfg;
   cfg.mask.allowed = posenc::bool_mask::Constant(z.len_q, z.len_k, true);

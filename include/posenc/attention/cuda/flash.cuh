@@ -137,19 +137,21 @@ void strides_of(const strided_view<T, R>& v, Index* out) {
   for (int a = 0; a < R; ++a) out[a] = v.stride(a);
 }
 
-/// SM count and shared memory per block (opt-in) of the current device.
-inline void device_limits(int& sms, int& shared_optin) {
+/// SM count, shared memory per block (opt-in) and compute capability of the current device.
+inline void device_limits(int& sms, int& shared_optin, int& sm_major) {
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
         "cudaDeviceGetAttribute(multiprocessor count)");
   check(cudaDeviceGetAttribute(&shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
         "cudaDeviceGetAttribute(shared memory per block, opt-in)");
+  check(cudaDeviceGetAttribute(&sm_major, cudaDevAttrComputeCapabilityMajor, dev),
+        "cudaDeviceGetAttribute(compute capability)");
 }
 
 /// Keys per split for `units` (row block, batch, key head) units over len_k keys.
 inline Index split_keys(Index units, Index len_k, Index requested, int sms) {
-  constexpr Index tile = kernels::flash_tiles::keys;
+  constexpr Index tile = kernels::mma_tiles::keys;  // a multiple of either kernel's tile
   const Index max_splits = std::max<Index>(1, (len_k + tile - 1) / tile);
   Index splits = requested;
   if (splits == 0) {
@@ -191,8 +193,8 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strid
   }
   if (s.batch == 0 || s.len_q == 0) return;
 
-  int sms = 1, shared_optin = 48 * 1024;
-  device_limits(sms, shared_optin);
+  int sms = 1, shared_optin = 48 * 1024, sm_major = 0;
+  device_limits(sms, shared_optin, sm_major);
   const std::size_t shared = kernels::flash_shared_bytes<Acc>(s.dim, s.dim_v);
   ::posenc::detail::require(shared <= static_cast<std::size_t>(shared_optin), where, "dim", s.dim,
                             "with dim_v = " + std::to_string(s.dim_v) + ", the tiles need " +
@@ -217,6 +219,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strid
   a.dim = s.dim;
   a.dim_v = s.dim_v;
   a.q_offset = s.q_offset;
+  a.sm_major = sm_major;
   a.scale = static_cast<Acc>(::posenc::detail::resolve_scale(config.scale, s.dim));
   const attention_mask& mask = config.mask;
   a.causal = mask.causal;
@@ -302,7 +305,8 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strid
   }
 
   const Index group = s.heads / s.kv_heads;
-  a.row_blocks = (group * s.len_q + F::rows - 1) / F::rows;
+  const Index block_rows = kernels::flash_rows(a);
+  a.row_blocks = (group * s.len_q + block_rows - 1) / block_rows;
   stream_buffer<Acc> part_out, part_lse;
   if (lse) {
     a.lse = lse->data();

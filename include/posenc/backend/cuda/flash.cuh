@@ -31,6 +31,8 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "../../config.hpp"
 #include "../../core/types.hpp"
@@ -98,7 +100,8 @@ struct flash_args {
   Index split_keys = 0;  ///< keys per split, a multiple of flash_tiles::keys
   Acc* part_out = nullptr;
   Acc* part_lse = nullptr;
-  Index row_blocks = 0;  ///< ceil(group · Lq / flash_tiles::rows)
+  Index row_blocks = 0;  ///< ceil(group · Lq / rows per block of the kernel that runs)
+  int sm_major = 0;      ///< the device's compute capability (8: sm_80, the tensor-core path)
 };
 
 /// Dynamic shared memory of the general kernel for head dims d, dv and arithmetic Acc.
@@ -245,10 +248,12 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
   Acc acc[R][DVL];
   Acc m[R], lsum[R];
   bool bad[R];
+#pragma unroll
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     lsum[r] = 0;
     bad[r] = false;
+#pragma unroll
     for (int c = 0; c < DVL; ++c) acc[r][c] = 0;
   }
   const int r0 = warp * R;
@@ -278,13 +283,17 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
 
     // logits: lane = key k0 + lane, for the warp's R rows
     Acc s[R];
+#pragma unroll
     for (int r = 0; r < R; ++r) s[r] = 0;
     const Acc* kr = ks + lane * ldk;
+#pragma unroll 4
     for (int c = 0; c < d; ++c) {
       const Acc kc = kr[c];
+#pragma unroll
       for (int r = 0; r < R; ++r) s[r] = fma(qw[r * d + c], kc, s[r]);
     }
     const Index j = k0 + lane;
+#pragma unroll
     for (int r = 0; r < R; ++r) {
       const int br = r0 + r;
       bool visible = lane < nk && j < row_lim[br];
@@ -322,6 +331,7 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
       }
       m[r] = m_new;
       lsum[r] = fma(lsum[r], alpha, p);
+#pragma unroll
       for (int c = 0; c < DVL; ++c) acc[r][c] *= alpha;
       pw[r * F::keys + lane] = p;
     }
@@ -329,19 +339,23 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
     // P·V: lane takes columns lane, lane + 32, ...
     for (int jj = 0; jj < nk; ++jj) {
       Acc vj[DVL];
+#pragma unroll
       for (int c = 0; c < DVL; ++c) {
         const int col = lane + 32 * c;
         vj[c] = col < dv ? vs[jj * dv + col] : Acc(0);
       }
+#pragma unroll
       for (int r = 0; r < R; ++r) {
         const Acc p = pw[r * F::keys + jj];
+#pragma unroll
         for (int c = 0; c < DVL; ++c) acc[r][c] = fma(p, vj[c], acc[r][c]);
       }
     }
     __syncwarp();
   }
 
-  // finish: normalise; write the output (or this split's partial state) and the lse
+// finish: normalise; write the output (or this split's partial state) and the lse
+#pragma unroll
   for (int r = 0; r < R; ++r) {
     const int br = r0 + r;
     const Acc l = warp_sum(lsum[r]);
@@ -353,6 +367,7 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
     const Index row = (b * a.heads + h) * a.len_q + i;
     if (a.splits > 1) {
       Acc* po = a.part_out + (split * a.batch * a.heads * a.len_q + row) * a.dim_v;
+#pragma unroll
       for (int c = 0; c < DVL; ++c) {
         const int col = lane + 32 * c;
         if (col < dv) po[col] = acc[r][c] * inv;
@@ -360,6 +375,7 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
       if (lane == 0) a.part_lse[split * a.batch * a.heads * a.len_q + row] = lse;
     } else {
       T* o = a.out + b * a.out_stride[0] + i * a.out_stride[1] + h * a.out_stride[2];
+#pragma unroll
       for (int c = 0; c < DVL; ++c) {
         const int col = lane + 32 * c;
         if (col < dv) o[col * a.out_stride[3]] = static_cast<T>(acc[r][c] * inv);
@@ -414,6 +430,333 @@ __global__ void __launch_bounds__(128) flash_reduce_kernel(const flash_args<T, A
 
 }  // namespace cuda_detail
 
+// ---- the tensor-core path: half and bfloat16, d = dv = 64, 80, 96 or 128 -----------------
+//
+// mma.sync m16n8k16 (sm_80+), float accumulation. A block is 4 warps and 64 rows (16 per
+// warp, the same row packing as the general path), a key tile 64 keys. Fragments, per the
+// PTX ISA's layout for m16n8k16 with g = lane / 4 and t = lane % 4:
+//
+//     A (16x16, row-major)  regs {A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}
+//     B (16x8, "col")       regs {B[2t..2t+1][g], B[2t+8..2t+9][g]}
+//     C (16x8, float)       {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]}
+//
+// S = Q·Kᵀ takes A from the query tile and B[k][n] = K[n][k] from the key tile (two
+// neighbouring elements of a key row per register); the probabilities stay in registers:
+// the C fragments of two neighbouring 8-key tiles are the A fragment of P for 16 keys,
+// rounded to the storage type; O += P·V takes B[k][n] = V[k][n] (two key rows per register).
+
+struct mma_tiles {
+  static constexpr int rows = 64;  ///< rows per block (16 per warp)
+  static constexpr int keys = 64;  ///< keys per tile
+  static constexpr int warps = 4;
+  static constexpr int threads = 32 * warps;
+  static constexpr int pad = 8;  ///< elements past each shared row: spreads rows over banks
+};
+
+/// Dynamic shared memory of the tensor-core kernel: q, k and v tiles in storage type T.
+template <class T>
+constexpr std::size_t mma_shared_bytes(Index d) {
+  return sizeof(T) *
+         static_cast<std::size_t>((mma_tiles::rows + 2 * mma_tiles::keys) * (d + mma_tiles::pad));
+}
+
+namespace cuda_detail {
+
+template <class T>
+__device__ inline unsigned pack2(T lo, T hi) {
+  unsigned short a, b;
+  memcpy(&a, &lo, 2);
+  memcpy(&b, &hi, 2);
+  return static_cast<unsigned>(a) | (static_cast<unsigned>(b) << 16);
+}
+
+template <class T>
+__device__ inline unsigned load2(const T* p) {  // two neighbouring elements, 4-byte aligned
+  return *reinterpret_cast<const unsigned*>(p);
+}
+
+/// c += a·b on the warp's fragments (the file comment's layout).
+template <class T>
+__device__ inline void mma_16816(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  (void)c, (void)a, (void)b;  // host pass: never called
+#endif
+}
+
+template <class V>
+__device__ inline V quad_max(V x) {
+  for (int o = 1; o < 4; o <<= 1) {
+    const V y = __shfl_xor_sync(0xffffffffu, x, o);
+    x = y > x ? y : x;
+  }
+  return x;
+}
+
+template <class V>
+__device__ inline V quad_sum(V x) {
+  for (int o = 1; o < 4; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(mma_tiles::threads)
+    flash_mma_kernel(const flash_args<T, float> a) {
+  using M = mma_tiles;
+  constexpr int ld = D + M::pad, NT = M::keys / 8, OT = D / 8;
+  extern __shared__ __align__(16) unsigned char flash_mma_shared[];
+  __shared__ Index row_pos[M::rows], row_lim[M::rows], row_h[M::rows], row_i[M::rows];
+  __shared__ float row_slope[M::rows], row_shift[M::rows];
+  __shared__ Index row_ref[M::rows], block_end;
+  T* const qs = reinterpret_cast<T*>(flash_mma_shared);  // [rows, ld]
+  T* const ks = qs + M::rows * ld;                       // [keys, ld]
+  T* const vs = ks + M::keys * ld;                       // [keys, ld]
+
+  const Index group = a.heads / a.kv_heads, rows_total = group * a.len_q;
+  const Index bg_count = a.batch * a.kv_heads;
+  Index blk = blockIdx.x;
+  const Index rb = blk % a.row_blocks;
+  blk /= a.row_blocks;
+  const Index bg = blk % bg_count, split = blk / bg_count;
+  const Index b = bg / a.kv_heads, g = bg - b * a.kv_heads;
+  const Index k_lo = split * a.split_keys;
+  const Index k_hi = k_lo + a.split_keys < a.len_k ? k_lo + a.split_keys : a.len_k;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+
+  if (threadIdx.x < M::rows) {  // the rows, as in flash_kernel
+    const int r = threadIdx.x;
+    const Index rg = rb * M::rows + r;
+    Index h = g * group, i = 0, lim = 0;
+    if (rg < rows_total) {
+      h = g * group + rg / a.len_q;
+      i = rg % a.len_q;
+      lim = row_limit(a, b, a.q_offset + i);
+    }
+    row_h[r] = h;
+    row_i[r] = i;
+    row_pos[r] = a.q_offset + i;
+    row_lim[r] = lim;
+    float slope = 0, shift = 0;
+    Index ref = 0;
+    if (a.bias == flash_bias::linear_distance && lim > 0) {
+      const Index bh = b * a.heads + h;
+      slope = a.slopes[bh];
+      ref = math::alibi_reference(a.q_offset + i, lim - 1, a.symmetric[bh] != 0);
+      shift = -slope * static_cast<float>(a.q_offset + i - ref);
+    }
+    row_slope[r] = slope;
+    row_shift[r] = shift;
+    row_ref[r] = ref;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Index mx = 0;
+    for (int r = 0; r < M::rows; ++r) mx = row_lim[r] > mx ? row_lim[r] : mx;
+    block_end = mx < k_hi ? mx : k_hi;
+  }
+  for (int e = threadIdx.x; e < M::rows * D; e += blockDim.x) {  // queries, rotated
+    const int r = e / D, c = e - r * D;
+    float x = 0;
+    if (rb * M::rows + r < rows_total) {
+      const T* qr = a.q + b * a.q_stride[0] + row_i[r] * a.q_stride[1] + row_h[r] * a.q_stride[2];
+      x = a.rope.pairs > 0 ? rotated(a.rope, qr, a.q_stride[3], c, row_pos[r], false)
+                           : static_cast<float>(qr[c * a.q_stride[3]]);
+    }
+    qs[r * ld + c] = static_cast<T>(x);
+  }
+  __syncthreads();
+  const Index k_end = block_end;
+
+  // this thread's rows: r_lo = 16·warp + gq and r_lo + 8
+  const int r_lo = warp * 16 + gq;
+  float o[OT][4];
+#pragma unroll
+  for (int n = 0; n < OT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = 0;
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0, 0};
+  bool bad[2] = {false, false};
+
+  for (Index k0 = k_lo; k0 < k_end; k0 += M::keys) {
+    const int nk = static_cast<int>(k_end - k0 < M::keys ? k_end - k0 : M::keys);
+    __syncthreads();  // the previous tiles are no longer read
+    for (int e = threadIdx.x; e < M::keys * D; e += blockDim.x) {
+      const int j = e / D, c = e - j * D;
+      T kx = T(0.0f), vx = T(0.0f);
+      if (j < nk) {
+        const T* kr = a.k + b * a.k_stride[0] + (k0 + j) * a.k_stride[1] + g * a.k_stride[2];
+        kx = a.rope.pairs > 0 ? static_cast<T>(rotated(a.rope, kr, a.k_stride[3], c, k0 + j, true))
+                              : kr[c * a.k_stride[3]];
+        vx = a.v[b * a.v_stride[0] + (k0 + j) * a.v_stride[1] + g * a.v_stride[2] +
+                 c * a.v_stride[3]];
+      }
+      ks[j * ld + c] = kx;
+      vs[j * ld + c] = vx;
+    }
+    __syncthreads();
+
+    // S = Q·Kᵀ for the warp's 16 rows and the tile's 64 keys
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const T* q0 = qs + r_lo * ld + kk * 16 + 2 * tq;
+      const unsigned af[4] = {load2(q0), load2(q0 + 8 * ld), load2(q0 + 8), load2(q0 + 8 * ld + 8)};
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        const T* k_row = ks + (n * 8 + gq) * ld + kk * 16 + 2 * tq;
+        const unsigned bf[2] = {load2(k_row), load2(k_row + 8)};
+        mma_16816<T>(s[n], af, bf);
+      }
+    }
+    // scale, bias, masks; the online softmax of the thread's two rows
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hr = e / 2, br = r_lo + 8 * hr, jj = n * 8 + 2 * tq + (e & 1);
+        const Index j = k0 + jj;
+        bool visible = jj < nk && j < row_lim[br];
+        float x = s[n][e] * a.scale;
+        if (visible) {
+          const Index pos = row_pos[br], h = row_h[br];
+          switch (a.bias) {
+            case flash_bias::linear_distance: {
+              const Index dist = row_ref[br] - j;
+              x -= row_slope[br] * static_cast<float>(dist < 0 ? -dist : dist);
+              break;
+            }
+            case flash_bias::t5:
+              x += a.t5_table[h * a.t5.num_buckets + t5_bucket_of(j - pos, a.t5)];
+              break;
+            case flash_bias::distance_table:
+              x += a.tables[(b * a.heads + h) * a.table_len + (j - pos - a.rel_min)];
+              break;
+            default:
+              break;
+          }
+          if (x == -INFINITY) visible = false;
+          if (visible && !(x < INFINITY)) bad[hr] = true;
+        }
+        s[n][e] = visible && x < INFINITY ? x : -INFINITY;
+        tile_max[hr] = s[n][e] > tile_max[hr] ? s[n][e] : tile_max[hr];
+      }
+    float alpha[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float mt = quad_max(tile_max[hr]);
+      const float m_new = mt > m[hr] ? mt : m[hr];
+      alpha[hr] = m_new == -INFINITY ? 1.0f : expf(m[hr] - m_new);
+      m[hr] = m_new;
+      lsum[hr] *= alpha[hr];
+    }
+#pragma unroll
+    for (int n = 0; n < OT; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hr = e / 2;
+        const float p = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - m[hr]);
+        s[n][e] = p;
+        lsum[hr] += p;
+      }
+// O += P·V, 16 keys at a time: P's A fragment from two neighbouring S fragments
+#pragma unroll
+    for (int kk = 0; kk < M::keys / 16; ++kk) {
+      const float* s0 = s[2 * kk];
+      const float* s1 = s[2 * kk + 1];
+      const unsigned pf[4] = {pack2(static_cast<T>(s0[0]), static_cast<T>(s0[1])),
+                              pack2(static_cast<T>(s0[2]), static_cast<T>(s0[3])),
+                              pack2(static_cast<T>(s1[0]), static_cast<T>(s1[1])),
+                              pack2(static_cast<T>(s1[2]), static_cast<T>(s1[3]))};
+      const T* v0 = vs + (kk * 16 + 2 * tq) * ld + gq;
+#pragma unroll
+      for (int n = 0; n < OT; ++n) {
+        const T* vn = v0 + n * 8;
+        const unsigned bf[2] = {pack2(vn[0], vn[ld]), pack2(vn[8 * ld], vn[9 * ld])};
+        mma_16816<T>(o[n], pf, bf);
+      }
+    }
+  }
+
+// finish: the quad's sums; normalise and write (or this split's partial state)
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float l = quad_sum(lsum[hr]);
+    const bool nan_row = quad_sum(bad[hr] ? 1.0f : 0.0f) > 0;
+    const int br = r_lo + 8 * hr;
+    if (rb * M::rows + br >= rows_total) continue;
+    const Index h = row_h[br], i = row_i[br];
+    const float inv = nan_row ? NAN : l > 0 ? 1.0f / l : 0.0f;
+    const float lse = nan_row ? NAN : l > 0 ? m[hr] + logf(l) + row_shift[br] : -INFINITY;
+    const Index row = (b * a.heads + h) * a.len_q + i;
+#pragma unroll
+    for (int n = 0; n < OT; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = n * 8 + 2 * tq + e;
+        const float y = o[n][2 * hr + e] * inv;
+        if (a.splits > 1)
+          a.part_out[(split * a.batch * a.heads * a.len_q + row) * D + col] = y;
+        else
+          a.out[b * a.out_stride[0] + i * a.out_stride[1] + h * a.out_stride[2] +
+                col * a.out_stride[3]] = static_cast<T>(y);
+      }
+    if (tq == 0) {
+      if (a.splits > 1)
+        a.part_lse[split * a.batch * a.heads * a.len_q + row] = lse;
+      else if (a.lse)
+        a.lse[b * a.lse_stride[0] + h * a.lse_stride[1] + i * a.lse_stride[2]] = lse;
+    }
+  }
+}
+
+/// The tensor-core kernel for head dim D, with its shared memory allowed first.
+template <int D, class T>
+void launch_mma(const flash_args<T, float>& a, unsigned blocks, cudaStream_t stream) {
+  const std::size_t shared = mma_shared_bytes<T>(D);
+  cuda::check(
+      cudaFuncSetAttribute(flash_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared)),
+      "cudaFuncSetAttribute(flash_mma_kernel shared memory)");
+  flash_mma_kernel<T, D><<<blocks, mma_tiles::threads, shared, stream>>>(a);
+  cuda::check_launch("posenc::kernels::flash_mma_kernel");
+}
+
+}  // namespace cuda_detail
+
+/// Whether a call takes the tensor-core kernel: 16-bit storage, d = dv = 64, 80, 96 or 128, no
+/// boolean or additive mask (those read per logit: the general path), sm_80 or newer.
+template <class T, class Acc>
+bool uses_tensor_cores(const flash_args<T, Acc>& a, int sm_major) {
+  constexpr bool sixteen = std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>;
+  return sixteen && sm_major >= 8 && a.dim == a.dim_v &&
+         (a.dim == 64 || a.dim == 80 || a.dim == 96 || a.dim == 128) && a.allowed == nullptr &&
+         a.additive == nullptr;
+}
+
 namespace cuda_detail {
 
 /// The tiles kernel for dv <= 32·DVL, with the shared memory it needs allowed first.
@@ -430,29 +773,58 @@ void launch_tiles(const flash_args<T, Acc>& a, unsigned blocks, std::size_t shar
 
 }  // namespace cuda_detail
 
-/// Runs a validated device flash call on `stream`: the tiles kernel, then (splits > 1) the
-/// reduction of the splits. The caller has checked the shared memory (flash_shared_bytes,
-/// within the device's limit) and sized the split workspace.
+/// Runs a validated device flash call on `stream`: the tensor-core kernel where
+/// uses_tensor_cores() says so, else the general one; then (splits > 1) the reduction of
+/// the splits. The caller has set row_blocks for the kernel that runs (flash_rows), checked
+/// the shared memory (within the device's limit) and sized the split workspace.
 template <class T, class Acc>
 void flash_forward(backend::cuda const&, const flash_args<T, Acc>& a, cudaStream_t stream) {
   const Index blocks = a.row_blocks * a.batch * a.kv_heads * a.splits;
   if (blocks == 0) return;
   const auto grid = static_cast<unsigned>(blocks);
-  const std::size_t shared = flash_shared_bytes<Acc>(a.dim, a.dim_v);
-  if (a.dim_v <= 32)
-    cuda_detail::launch_tiles<1>(a, grid, shared, stream);
-  else if (a.dim_v <= 64)
-    cuda_detail::launch_tiles<2>(a, grid, shared, stream);
-  else if (a.dim_v <= 128)
-    cuda_detail::launch_tiles<4>(a, grid, shared, stream);
-  else
-    cuda_detail::launch_tiles<8>(a, grid, shared, stream);
+  bool done = false;
+  if constexpr (std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>) {
+    if (uses_tensor_cores(a, a.sm_major)) {
+      switch (a.dim) {
+        case 64:
+          cuda_detail::launch_mma<64>(a, grid, stream);
+          break;
+        case 80:
+          cuda_detail::launch_mma<80>(a, grid, stream);
+          break;
+        case 96:
+          cuda_detail::launch_mma<96>(a, grid, stream);
+          break;
+        default:
+          cuda_detail::launch_mma<128>(a, grid, stream);
+          break;
+      }
+      done = true;
+    }
+  }
+  if (!done) {
+    const std::size_t shared = flash_shared_bytes<Acc>(a.dim, a.dim_v);
+    if (a.dim_v <= 32)
+      cuda_detail::launch_tiles<1>(a, grid, shared, stream);
+    else if (a.dim_v <= 64)
+      cuda_detail::launch_tiles<2>(a, grid, shared, stream);
+    else if (a.dim_v <= 128)
+      cuda_detail::launch_tiles<4>(a, grid, shared, stream);
+    else
+      cuda_detail::launch_tiles<8>(a, grid, shared, stream);
+  }
   if (a.splits > 1) {
     const Index rows = a.batch * a.heads * a.len_q;
     cuda_detail::flash_reduce_kernel<T, Acc>
         <<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(a);
     cuda::check_launch("posenc::kernels::flash_reduce_kernel");
   }
+}
+
+/// Rows per block of the kernel that runs the call (flash_forward).
+template <class T, class Acc>
+Index flash_rows(const flash_args<T, Acc>& a) {
+  return uses_tensor_cores(a, a.sm_major) ? mma_tiles::rows : flash_tiles::rows;
 }
 
 /// The views of one device merge (attention/merge.hpp): [B, L, H, dv] outputs, [B, H, L]
