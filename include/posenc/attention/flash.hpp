@@ -414,6 +414,36 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strid
     prefill<Backend>(p, q, out, lse, threads);
 }
 
+/// The public calls' validation (the same messages with or without lse), then run().
+template <class Backend, class TQ, class TK, class TV, class TO, class TL, class Policy>
+void checked_run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
+                 const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
+                 const strided_view<TL, 3>* lse, const attention_config& config,
+                 const Policy& policy, const flash_options& options) {
+  static_assert(!std::is_const_v<TO> && !std::is_const_v<TL>,
+                "posenc::flash_multi_head_attention: out and lse must be writable");
+  static_assert(std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TK>> &&
+                    std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TV>>,
+                "posenc::flash_multi_head_attention: q, k and v must have the same scalar type");
+  check_flash_policy<Policy>();
+  const char* where = "flash_multi_head_attention";
+  require(options.threads >= 0, where, "threads", options.threads,
+          "must be >= 0 (0 = hardware concurrency)");
+  const attention_shape s = multi_head_shape(q, k, v, out, config, where);
+  check_attention(s, config, policy, where);
+  check_no_overlap(where, "out", out, "q", q);
+  check_no_overlap(where, "out", out, "k", k);
+  check_no_overlap(where, "out", out, "v", v);
+  if (lse) {
+    check_lse_view(*lse, s.batch, s.heads, s.len_q, where, "lse");
+    check_no_overlap(where, "lse", *lse, "q", q);
+    check_no_overlap(where, "lse", *lse, "k", k);
+    check_no_overlap(where, "lse", *lse, "v", v);
+    check_no_overlap(where, "lse", *lse, "out", out);
+  }
+  run<Backend>(q, k, v, out, s, config, policy, options.threads, lse);
+}
+
 }  // namespace flash
 }  // namespace detail
 
@@ -434,20 +464,8 @@ void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view
                                 const attention_config& config = {},
                                 const Policy& policy = Policy{},
                                 const flash_options& options = {}) {
-  static_assert(!std::is_const_v<TO>, "posenc::flash_multi_head_attention: out must be writable");
-  static_assert(std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TK>> &&
-                    std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TV>>,
-                "posenc::flash_multi_head_attention: q, k and v must have the same scalar type");
-  detail::flash::check_flash_policy<Policy>();
-  const char* where = "flash_multi_head_attention";
-  detail::require(options.threads >= 0, where, "threads", options.threads,
-                  "must be >= 0 (0 = hardware concurrency)");
-  const attention_shape s = detail::multi_head_shape(q, k, v, out, config, where);
-  detail::check_attention(s, config, policy, where);
-  detail::check_no_overlap(where, "out", out, "q", q);
-  detail::check_no_overlap(where, "out", out, "k", k);
-  detail::check_no_overlap(where, "out", out, "v", v);
-  detail::flash::run<Backend>(q, k, v, out, s, config, policy, options.threads);
+  detail::flash::checked_run<Backend>(
+      q, k, v, out, static_cast<const strided_view<float, 3>*>(nullptr), config, policy, options);
 }
 
 /// As above, and also writes each query row's log-sum-exp of its logits, lse(b, h, i) =
@@ -463,26 +481,7 @@ void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view
                                 const strided_view<TL, 3>& lse, const attention_config& config = {},
                                 const Policy& policy = Policy{},
                                 const flash_options& options = {}) {
-  static_assert(!std::is_const_v<TO> && !std::is_const_v<TL>,
-                "posenc::flash_multi_head_attention: out and lse must be writable");
-  static_assert(std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TK>> &&
-                    std::is_same_v<std::remove_cv_t<TQ>, std::remove_cv_t<TV>>,
-                "posenc::flash_multi_head_attention: q, k and v must have the same scalar type");
-  detail::flash::check_flash_policy<Policy>();
-  const char* where = "flash_multi_head_attention";
-  detail::require(options.threads >= 0, where, "threads", options.threads,
-                  "must be >= 0 (0 = hardware concurrency)");
-  const attention_shape s = detail::multi_head_shape(q, k, v, out, config, where);
-  detail::check_attention(s, config, policy, where);
-  detail::check_lse_view(lse, s.batch, s.heads, s.len_q, where, "lse");
-  detail::check_no_overlap(where, "out", out, "q", q);
-  detail::check_no_overlap(where, "out", out, "k", k);
-  detail::check_no_overlap(where, "out", out, "v", v);
-  detail::check_no_overlap(where, "lse", lse, "q", q);
-  detail::check_no_overlap(where, "lse", lse, "k", k);
-  detail::check_no_overlap(where, "lse", lse, "v", v);
-  detail::check_no_overlap(where, "lse", lse, "out", out);
-  detail::flash::run<Backend>(q, k, v, out, s, config, policy, options.threads, &lse);
+  detail::flash::checked_run<Backend>(q, k, v, out, &lse, config, policy, options);
 }
 
 /// Tiled multi-head attention for one sequence with the heads packed along the columns:

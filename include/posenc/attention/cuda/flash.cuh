@@ -172,6 +172,11 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strid
          cudaStream_t stream, const char* where) {
   using Acc = real_t<T>;
   using F = kernels::flash_tiles;
+  static_assert(std::is_same_v<std::remove_cv_t<TQ>, T> &&
+                    std::is_same_v<std::remove_cv_t<TK>, T> &&
+                    std::is_same_v<std::remove_cv_t<TV>, T> && !std::is_const_v<T>,
+                "posenc::cuda::flash_multi_head_attention: q, k, v and a writable out must have "
+                "the same scalar type");
   check_device_policy<Policy>();
   const attention_shape s = ::posenc::detail::multi_head_shape(q, k, v, out, config, where);
   ::posenc::detail::check_attention(s, config, policy, where);
@@ -339,11 +344,6 @@ void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view
                                 const attention_config& config = {},
                                 const Policy& policy = Policy{}, const flash_options& options = {},
                                 cudaStream_t stream = nullptr) {
-  static_assert(std::is_same_v<std::remove_cv_t<TQ>, T> &&
-                    std::is_same_v<std::remove_cv_t<TK>, T> &&
-                    std::is_same_v<std::remove_cv_t<TV>, T> && !std::is_const_v<T>,
-                "posenc::cuda::flash_multi_head_attention: q, k, v and a writable out must have "
-                "the same scalar type");
   flash_detail::run<T>(q, k, v, out, static_cast<const strided_view<real_t<T>, 3>*>(nullptr),
                        config, policy, options, stream, "cuda::flash_multi_head_attention");
 }
@@ -357,11 +357,6 @@ void flash_multi_head_attention(const strided_view<TQ, 4>& q, const strided_view
                                 const attention_config& config = {},
                                 const Policy& policy = Policy{}, const flash_options& options = {},
                                 cudaStream_t stream = nullptr) {
-  static_assert(std::is_same_v<std::remove_cv_t<TQ>, T> &&
-                    std::is_same_v<std::remove_cv_t<TK>, T> &&
-                    std::is_same_v<std::remove_cv_t<TV>, T> && !std::is_const_v<T>,
-                "posenc::cuda::flash_multi_head_attention: q, k, v and a writable out must have "
-                "the same scalar type");
   flash_detail::run<T>(q, k, v, out, &lse, config, policy, options, stream,
                        "cuda::flash_multi_head_attention");
 }

@@ -173,14 +173,108 @@ __device__ inline Index row_limit(const flash_args<T, Acc>& a, Index b, Index po
   return lim > 0 ? lim : 0;
 }
 
+/// Where a block works: its row block, batch item, key head, key split and keys.
+struct block_place {
+  Index rb = 0, b = 0, g = 0, split = 0;
+  Index k_lo = 0, k_hi = 0;  ///< the split's keys [k_lo, k_hi)
+  Index rows_total = 0;      ///< rows of the (batch, key head): group · Lq
+};
+
+template <class T, class Acc>
+__device__ inline block_place place_of_block(const flash_args<T, Acc>& a) {
+  block_place p;
+  const Index bg_count = a.batch * a.kv_heads;
+  Index blk = blockIdx.x;
+  p.rb = blk % a.row_blocks;
+  blk /= a.row_blocks;
+  const Index bg = blk % bg_count;
+  p.split = blk / bg_count;
+  p.b = bg / a.kv_heads;
+  p.g = bg - p.b * a.kv_heads;
+  p.k_lo = p.split * a.split_keys;
+  p.k_hi = p.k_lo + a.split_keys < a.len_k ? p.k_lo + a.split_keys : a.len_k;
+  p.rows_total = a.heads / a.kv_heads * a.len_q;
+  return p;
+}
+
+/// The N rows of a block, in shared memory: head, query, position, visible limit (0 for a
+/// row past the call's), ALiBi's slope, reference and row constant, and the end of the
+/// keys any row of the block sees in its split.
+template <class Acc, int N>
+struct block_rows {
+  Index pos[N], lim[N], h[N], i[N], ref[N];
+  Acc slope[N], shift[N];
+  Index end;
+};
+
+template <class Acc, int N>
+__device__ inline bool live_row(const block_rows<Acc, N>& /*rows*/, const block_place& p, int r) {
+  return p.rb * N + r < p.rows_total;
+}
+
+/// Fills `rows`. Every thread of the block calls it (it synchronises the block); `end` is
+/// ready after the caller's next __syncthreads.
+template <class T, class Acc, int N>
+__device__ inline void describe_rows(const flash_args<T, Acc>& a, const block_place& p,
+                                     block_rows<Acc, N>& rows) {
+  if (threadIdx.x < N) {
+    const int r = threadIdx.x;
+    const Index rg = p.rb * N + r, group = a.heads / a.kv_heads;
+    Index h = p.g * group, i = 0, lim = 0;
+    if (rg < p.rows_total) {
+      h = p.g * group + rg / a.len_q;
+      i = rg % a.len_q;
+      lim = row_limit(a, p.b, a.q_offset + i);
+    }
+    rows.h[r] = h;
+    rows.i[r] = i;
+    rows.pos[r] = a.q_offset + i;
+    rows.lim[r] = lim;
+    Acc slope = 0, shift = 0;
+    Index ref = 0;
+    if (a.bias == flash_bias::linear_distance && lim > 0) {
+      const Index bh = p.b * a.heads + h;
+      slope = a.slopes[bh];
+      ref = math::alibi_reference(a.q_offset + i, lim - 1, a.symmetric[bh] != 0);
+      shift = -slope * static_cast<Acc>(a.q_offset + i - ref);  // bias = shifted bias + shift
+    }
+    rows.slope[r] = slope;
+    rows.shift[r] = shift;
+    rows.ref[r] = ref;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Index mx = 0;
+    for (int r = 0; r < N; ++r) mx = rows.lim[r] > mx ? rows.lim[r] : mx;
+    rows.end = mx < p.k_hi ? mx : p.k_hi;
+  }
+}
+
+/// The logit x of row br at a visible key j, plus the call's position bias.
+template <class T, class Acc, int N>
+__device__ inline Acc add_position_bias(const flash_args<T, Acc>& a, const block_rows<Acc, N>& rows,
+                                        const block_place& p, int br, Index j, Acc x) {
+  const Index pos = rows.pos[br], h = rows.h[br];
+  switch (a.bias) {
+    case flash_bias::linear_distance: {
+      const Index dist = rows.ref[br] - j;
+      return x - rows.slope[br] * static_cast<Acc>(dist < 0 ? -dist : dist);
+    }
+    case flash_bias::t5:
+      return x + a.t5_table[h * a.t5.num_buckets + t5_bucket_of(j - pos, a.t5)];
+    case flash_bias::distance_table:
+      return x + a.tables[(p.b * a.heads + h) * a.table_len + (j - pos - a.rel_min)];
+    default:
+      return x;
+  }
+}
+
 template <class T, class Acc, int DVL>
 __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash_args<T, Acc> a) {
   using F = flash_tiles;
   constexpr int R = F::rows_per_warp;
   extern __shared__ __align__(16) unsigned char flash_shared[];
-  __shared__ Index row_pos[F::rows], row_lim[F::rows], row_h[F::rows], row_i[F::rows];
-  __shared__ Acc row_slope[F::rows], row_shift[F::rows];
-  __shared__ Index row_ref[F::rows], block_end;
+  __shared__ block_rows<Acc, F::rows> rows;
 
   const int d = static_cast<int>(a.dim), dv = static_cast<int>(a.dim_v), ldk = d + 1;
   Acc* const qs = reinterpret_cast<Acc*>(flash_shared);  // [rows, d]: scale · rotated q
@@ -188,62 +282,23 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
   Acc* const vs = ks + F::keys * ldk;                    // [keys, dv]
   Acc* const ps = vs + F::keys * dv;                     // [warps, R, keys]
 
-  const Index group = a.heads / a.kv_heads, rows_total = group * a.len_q;
-  const Index bg_count = a.batch * a.kv_heads;
-  Index blk = blockIdx.x;
-  const Index rb = blk % a.row_blocks;
-  blk /= a.row_blocks;
-  const Index bg = blk % bg_count, split = blk / bg_count;
-  const Index b = bg / a.kv_heads, g = bg - b * a.kv_heads;
-  const Index k_lo = split * a.split_keys;
-  const Index k_hi = k_lo + a.split_keys < a.len_k ? k_lo + a.split_keys : a.len_k;
+  const block_place p = place_of_block(a);
+  const Index b = p.b, g = p.g;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  // the block's rows: head, query, position, visible limit, ALiBi row constant
-  if (threadIdx.x < F::rows) {
-    const int r = threadIdx.x;
-    const Index rg = rb * F::rows + r;
-    Index h = g * group, i = 0, lim = 0;
-    if (rg < rows_total) {
-      h = g * group + rg / a.len_q;
-      i = rg % a.len_q;
-      lim = row_limit(a, b, a.q_offset + i);
-    }
-    row_h[r] = h;
-    row_i[r] = i;
-    row_pos[r] = a.q_offset + i;
-    row_lim[r] = rg < rows_total ? lim : 0;
-    Acc slope = 0, shift = 0;
-    Index ref = 0;
-    if (a.bias == flash_bias::linear_distance && lim > 0) {
-      const Index bh = b * a.heads + h;
-      slope = a.slopes[bh];
-      ref = math::alibi_reference(a.q_offset + i, lim - 1, a.symmetric[bh] != 0);
-      shift = -slope * static_cast<Acc>(a.q_offset + i - ref);  // bias = shifted bias + shift
-    }
-    row_slope[r] = slope;
-    row_shift[r] = shift;
-    row_ref[r] = ref;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    Index mx = 0;
-    for (int r = 0; r < F::rows; ++r) mx = row_lim[r] > mx ? row_lim[r] : mx;
-    block_end = mx < k_hi ? mx : k_hi;
-  }
+  describe_rows(a, p, rows);
   // the queries: rotated, times the scale
   for (int e = threadIdx.x; e < F::rows * d; e += blockDim.x) {
     const int r = e / d, c = e - r * d;
     Acc x = 0;
-    if (row_lim[r] > 0 || rb * F::rows + r < rows_total) {
-      const T* qr = a.q + b * a.q_stride[0] + row_i[r] * a.q_stride[1] + row_h[r] * a.q_stride[2];
-      x = a.rope.pairs > 0 ? rotated(a.rope, qr, a.q_stride[3], c, row_pos[r], false)
+    if (live_row(rows, p, r)) {
+      const T* qr = a.q + b * a.q_stride[0] + rows.i[r] * a.q_stride[1] + rows.h[r] * a.q_stride[2];
+      x = a.rope.pairs > 0 ? rotated(a.rope, qr, a.q_stride[3], c, rows.pos[r], false)
                            : static_cast<Acc>(qr[c * a.q_stride[3]]);
     }
     qs[e] = x * a.scale;
   }
   __syncthreads();
-  const Index k_end = block_end;
+  const Index k_end = rows.end;
 
   Acc acc[R][DVL];
   Acc m[R], lsum[R];
@@ -260,7 +315,7 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
   const Acc* const qw = qs + r0 * d;
   Acc* const pw = ps + warp * R * F::keys;
 
-  for (Index k0 = k_lo; k0 < k_end; k0 += F::keys) {
+  for (Index k0 = p.k_lo; k0 < k_end; k0 += F::keys) {
     const int nk = static_cast<int>(k_end - k0 < F::keys ? k_end - k0 : F::keys);
     __syncthreads();  // the previous tile is no longer read
     for (int e = threadIdx.x; e < F::keys * d; e += blockDim.x) {
@@ -296,26 +351,11 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int br = r0 + r;
-      bool visible = lane < nk && j < row_lim[br];
+      bool visible = lane < nk && j < rows.lim[br];
       Acc x = s[r];
       if (visible) {
-        const Index pos = row_pos[br], h = row_h[br];
-        switch (a.bias) {
-          case flash_bias::linear_distance: {
-            const Index dist = row_ref[br] - j;
-            x -= row_slope[br] * static_cast<Acc>(dist < 0 ? -dist : dist);
-            break;
-          }
-          case flash_bias::t5:
-            x += a.t5_table[h * a.t5.num_buckets + t5_bucket_of(j - pos, a.t5)];
-            break;
-          case flash_bias::distance_table:
-            x += a.tables[(b * a.heads + h) * a.table_len + (j - pos - a.rel_min)];
-            break;
-          default:
-            break;
-        }
-        const Index e = row_i[br] * a.len_k + j;
+        x = add_position_bias(a, rows, p, br, j, x);
+        const Index e = rows.i[br] * a.len_k + j;
         if (a.allowed && !a.allowed[e]) visible = false;
         if (a.additive) x += a.additive[e];
         if (x == -INFINITY) visible = false;
@@ -360,19 +400,19 @@ __global__ void __launch_bounds__(flash_tiles::threads) flash_kernel(const flash
     const int br = r0 + r;
     const Acc l = warp_sum(lsum[r]);
     const bool nan_row = __any_sync(0xffffffffu, bad[r]);
-    if (rb * F::rows + br >= rows_total) continue;
-    const Index h = row_h[br], i = row_i[br];
+    if (!live_row(rows, p, br)) continue;
+    const Index h = rows.h[br], i = rows.i[br];
     const Acc inv = nan_row ? Acc(NAN) : l > 0 ? Acc(1) / l : Acc(0);
-    const Acc lse = nan_row ? Acc(NAN) : l > 0 ? m[r] + log(l) + row_shift[br] : Acc(-INFINITY);
+    const Acc lse = nan_row ? Acc(NAN) : l > 0 ? m[r] + log(l) + rows.shift[br] : Acc(-INFINITY);
     const Index row = (b * a.heads + h) * a.len_q + i;
     if (a.splits > 1) {
-      Acc* po = a.part_out + (split * a.batch * a.heads * a.len_q + row) * a.dim_v;
+      Acc* po = a.part_out + (p.split * a.batch * a.heads * a.len_q + row) * a.dim_v;
 #pragma unroll
       for (int c = 0; c < DVL; ++c) {
         const int col = lane + 32 * c;
         if (col < dv) po[col] = acc[r][c] * inv;
       }
-      if (lane == 0) a.part_lse[split * a.batch * a.heads * a.len_q + row] = lse;
+      if (lane == 0) a.part_lse[p.split * a.batch * a.heads * a.len_q + row] = lse;
     } else {
       T* o = a.out + b * a.out_stride[0] + i * a.out_stride[1] + h * a.out_stride[2];
 #pragma unroll
@@ -517,67 +557,27 @@ __global__ void __launch_bounds__(mma_tiles::threads)
   using M = mma_tiles;
   constexpr int ld = D + M::pad, NT = M::keys / 8, OT = D / 8;
   extern __shared__ __align__(16) unsigned char flash_mma_shared[];
-  __shared__ Index row_pos[M::rows], row_lim[M::rows], row_h[M::rows], row_i[M::rows];
-  __shared__ float row_slope[M::rows], row_shift[M::rows];
-  __shared__ Index row_ref[M::rows], block_end;
+  __shared__ block_rows<float, M::rows> rows;
   T* const qs = reinterpret_cast<T*>(flash_mma_shared);  // [rows, ld]
   T* const ks = qs + M::rows * ld;                       // [keys, ld]
   T* const vs = ks + M::keys * ld;                       // [keys, ld]
 
-  const Index group = a.heads / a.kv_heads, rows_total = group * a.len_q;
-  const Index bg_count = a.batch * a.kv_heads;
-  Index blk = blockIdx.x;
-  const Index rb = blk % a.row_blocks;
-  blk /= a.row_blocks;
-  const Index bg = blk % bg_count, split = blk / bg_count;
-  const Index b = bg / a.kv_heads, g = bg - b * a.kv_heads;
-  const Index k_lo = split * a.split_keys;
-  const Index k_hi = k_lo + a.split_keys < a.len_k ? k_lo + a.split_keys : a.len_k;
+  const block_place p = place_of_block(a);
+  const Index b = p.b, g = p.g;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
-
-  if (threadIdx.x < M::rows) {  // the rows, as in flash_kernel
-    const int r = threadIdx.x;
-    const Index rg = rb * M::rows + r;
-    Index h = g * group, i = 0, lim = 0;
-    if (rg < rows_total) {
-      h = g * group + rg / a.len_q;
-      i = rg % a.len_q;
-      lim = row_limit(a, b, a.q_offset + i);
-    }
-    row_h[r] = h;
-    row_i[r] = i;
-    row_pos[r] = a.q_offset + i;
-    row_lim[r] = lim;
-    float slope = 0, shift = 0;
-    Index ref = 0;
-    if (a.bias == flash_bias::linear_distance && lim > 0) {
-      const Index bh = b * a.heads + h;
-      slope = a.slopes[bh];
-      ref = math::alibi_reference(a.q_offset + i, lim - 1, a.symmetric[bh] != 0);
-      shift = -slope * static_cast<float>(a.q_offset + i - ref);
-    }
-    row_slope[r] = slope;
-    row_shift[r] = shift;
-    row_ref[r] = ref;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    Index mx = 0;
-    for (int r = 0; r < M::rows; ++r) mx = row_lim[r] > mx ? row_lim[r] : mx;
-    block_end = mx < k_hi ? mx : k_hi;
-  }
+  describe_rows(a, p, rows);
   for (int e = threadIdx.x; e < M::rows * D; e += blockDim.x) {  // queries, rotated
     const int r = e / D, c = e - r * D;
     float x = 0;
-    if (rb * M::rows + r < rows_total) {
-      const T* qr = a.q + b * a.q_stride[0] + row_i[r] * a.q_stride[1] + row_h[r] * a.q_stride[2];
-      x = a.rope.pairs > 0 ? rotated(a.rope, qr, a.q_stride[3], c, row_pos[r], false)
+    if (live_row(rows, p, r)) {
+      const T* qr = a.q + b * a.q_stride[0] + rows.i[r] * a.q_stride[1] + rows.h[r] * a.q_stride[2];
+      x = a.rope.pairs > 0 ? rotated(a.rope, qr, a.q_stride[3], c, rows.pos[r], false)
                            : static_cast<float>(qr[c * a.q_stride[3]]);
     }
     qs[r * ld + c] = static_cast<T>(x);
   }
   __syncthreads();
-  const Index k_end = block_end;
+  const Index k_end = rows.end;
 
   // this thread's rows: r_lo = 16·warp + gq and r_lo + 8
   const int r_lo = warp * 16 + gq;
@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(mma_tiles::threads)
   float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0, 0};
   bool bad[2] = {false, false};
 
-  for (Index k0 = k_lo; k0 < k_end; k0 += M::keys) {
+  for (Index k0 = p.k_lo; k0 < k_end; k0 += M::keys) {
     const int nk = static_cast<int>(k_end - k0 < M::keys ? k_end - k0 : M::keys);
     __syncthreads();  // the previous tiles are no longer read
     for (int e = threadIdx.x; e < M::keys * D; e += blockDim.x) {
@@ -632,25 +632,10 @@ __global__ void __launch_bounds__(mma_tiles::threads)
       for (int e = 0; e < 4; ++e) {
         const int hr = e / 2, br = r_lo + 8 * hr, jj = n * 8 + 2 * tq + (e & 1);
         const Index j = k0 + jj;
-        bool visible = jj < nk && j < row_lim[br];
+        bool visible = jj < nk && j < rows.lim[br];
         float x = s[n][e] * a.scale;
         if (visible) {
-          const Index pos = row_pos[br], h = row_h[br];
-          switch (a.bias) {
-            case flash_bias::linear_distance: {
-              const Index dist = row_ref[br] - j;
-              x -= row_slope[br] * static_cast<float>(dist < 0 ? -dist : dist);
-              break;
-            }
-            case flash_bias::t5:
-              x += a.t5_table[h * a.t5.num_buckets + t5_bucket_of(j - pos, a.t5)];
-              break;
-            case flash_bias::distance_table:
-              x += a.tables[(b * a.heads + h) * a.table_len + (j - pos - a.rel_min)];
-              break;
-            default:
-              break;
-          }
+          x = add_position_bias(a, rows, p, br, j, x);
           if (x == -INFINITY) visible = false;
           if (visible && !(x < INFINITY)) bad[hr] = true;
         }
@@ -707,10 +692,10 @@ __global__ void __launch_bounds__(mma_tiles::threads)
     const float l = quad_sum(lsum[hr]);
     const bool nan_row = quad_sum(bad[hr] ? 1.0f : 0.0f) > 0;
     const int br = r_lo + 8 * hr;
-    if (rb * M::rows + br >= rows_total) continue;
-    const Index h = row_h[br], i = row_i[br];
+    if (!live_row(rows, p, br)) continue;
+    const Index h = rows.h[br], i = rows.i[br];
     const float inv = nan_row ? NAN : l > 0 ? 1.0f / l : 0.0f;
-    const float lse = nan_row ? NAN : l > 0 ? m[hr] + logf(l) + row_shift[br] : -INFINITY;
+    const float lse = nan_row ? NAN : l > 0 ? m[hr] + logf(l) + rows.shift[br] : -INFINITY;
     const Index row = (b * a.heads + h) * a.len_q + i;
 #pragma unroll
     for (int n = 0; n < OT; ++n)
@@ -719,14 +704,14 @@ __global__ void __launch_bounds__(mma_tiles::threads)
         const int col = n * 8 + 2 * tq + e;
         const float y = o[n][2 * hr + e] * inv;
         if (a.splits > 1)
-          a.part_out[(split * a.batch * a.heads * a.len_q + row) * D + col] = y;
+          a.part_out[(p.split * a.batch * a.heads * a.len_q + row) * D + col] = y;
         else
           a.out[b * a.out_stride[0] + i * a.out_stride[1] + h * a.out_stride[2] +
                 col * a.out_stride[3]] = static_cast<T>(y);
       }
     if (tq == 0) {
       if (a.splits > 1)
-        a.part_lse[split * a.batch * a.heads * a.len_q + row] = lse;
+        a.part_lse[p.split * a.batch * a.heads * a.len_q + row] = lse;
       else if (a.lse)
         a.lse[b * a.lse_stride[0] + h * a.lse_stride[1] + i * a.lse_stride[2]] = lse;
     }
