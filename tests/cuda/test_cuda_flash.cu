@@ -213,6 +213,20 @@ struct wave_table : posenc::policy_base {
   }
 };
 
+/// A distance-table policy whose heads cover different distances (head h one more on the
+/// left): the device kernel reads one frame for all heads and must refuse it.
+struct uneven_table : posenc::policy_base {
+  static constexpr bool has_bias = true;
+  static constexpr posenc::position_bias bias_form = posenc::position_bias::distance_table;
+  struct head_type : posenc::distance_table_head {};
+  head_type head(Index /*b*/, Index h, const posenc::attention_shape& s) const {
+    head_type t;
+    t.rel_min = -(s.q_offset + s.len_q - 1) - h;
+    t.bias_by_rel.assign(static_cast<std::size_t>(s.len_q + s.len_k - 1 + h), 0.0);
+    return t;
+  }
+};
+
 /// Every mask the kernel knows on a shape.
 std::vector<std::pair<std::string, posenc::attention_config>> masks(const shape& z) {
   std::vector<std::pair<std::string, posenc::attention_config>> m;
@@ -513,4 +527,17 @@ TEST_CASE("cuda flash: bad input gets the CPU's error messages") {
             posenc::view_bshd(bo.data(), 1, 1, 1, 8));
       }),
       "dim = 300");
+  // dv above 256
+  posenc::cuda::device_buffer<float> wide(300 + 8);
+  has(message([&] {
+        pc::flash_multi_head_attention(
+            posenc::view_bshd(static_cast<const float*>(big.data()), 1, 1, 1, 8),
+            posenc::view_bshd(static_cast<const float*>(big.data()) + 8, 1, 1, 1, 8),
+            posenc::view_bshd(static_cast<const float*>(big.data()) + 16, 1, 1, 1, 300),
+            posenc::view_bshd(wide.data(), 1, 1, 1, 300));
+      }),
+      "dim_v = 300");
+  // a distance-table policy whose heads cover different distances
+  has(message([&] { pc::flash_multi_head_attention(qv, kv, vv, ov, {}, uneven_table{}); }),
+      "policy rel_min = -5");
 }
