@@ -334,20 +334,23 @@ TEST_CASE("learned errors name the parameter and both numbers", "[learned][error
 TEST_CASE("learned: sizes past max_elements are refused before allocating", "[learned][error]") {
   using T = posenc::learned_table<float>;
   constexpr Index kmax = std::numeric_limits<Index>::max();
-  STATIC_REQUIRE(T::max_elements == (Index(1) << 36));
+  STATIC_REQUIRE(T::max_elements == (Index(1) << 31));
+  STATIC_REQUIRE(T::max_elements == posenc::limits::max_elements);
   // max_len * dim would overflow an Index (this used to throw std::bad_alloc)
   POSENC_REQUIRE_ERROR(T(kmax, 4, 1), "max_len = 9223372036854775807");
-  POSENC_REQUIRE_ERROR(T(kmax, 4, 1), "must be <= 17179869184 for dim = 4");
+  POSENC_REQUIRE_ERROR(T(kmax, 4, 1), "must be <= 536870912 for dim = 4");
   POSENC_REQUIRE_ERROR(T(4, kmax, 1), "dim = 9223372036854775807");
   POSENC_REQUIRE_ERROR(T(kmax, kmax, 1), "dim = 9223372036854775807");
   // just past the limit, for a width that divides it and one that does not
-  POSENC_REQUIRE_ERROR(T((Index(1) << 34) + 1, 4, 1), "max_len = 17179869185");
-  POSENC_REQUIRE_ERROR(T(Index(1) << 35, 3, 1), "max_len = 34359738368");
-  POSENC_REQUIRE_ERROR(T((Index(1) << 36) + 1, 1, 1), "max_len = 68719476737");
-  POSENC_REQUIRE_ERROR(T(1, (Index(1) << 36) + 1, 1), "dim = 68719476737");
+  POSENC_REQUIRE_ERROR(T((Index(1) << 29) + 1, 4, 1), "max_len = 536870913");
+  POSENC_REQUIRE_ERROR(T(Index(1) << 30, 3, 1), "max_len = 1073741824");
+  POSENC_REQUIRE_ERROR(T((Index(1) << 31) + 1, 1, 1), "max_len = 2147483649");
+  POSENC_REQUIRE_ERROR(T(1, (Index(1) << 31) + 1, 1), "dim = 2147483649");
+  // 2^36 sat exactly at the former limit and gave std::bad_alloc (issue 25)
+  POSENC_REQUIRE_ERROR(T(Index(1) << 18, Index(1) << 18, 1), "max_len = 262144");
   const T t(3, 4, 7);
   POSENC_REQUIRE_ERROR(t.interpolated(kmax), "new_len = 9223372036854775807");
-  POSENC_REQUIRE_ERROR(t.interpolated((Index(1) << 34) + 1), "new_len = 17179869185");
+  POSENC_REQUIRE_ERROR(t.interpolated((Index(1) << 29) + 1), "new_len = 536870913");
   // the stepped interpolation positions equal the exact j (L - 1) / (N - 1)
   const T src(7, 2, 3);
   for (const Index n : {1, 2, 3, 5, 7, 8, 13, 40}) {

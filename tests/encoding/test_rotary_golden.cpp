@@ -277,7 +277,9 @@ TEST_CASE("rotary: errors name the parameter and its value", "[rotary][errors]")
                          "max_len = -2");
     posenc::rope_cache<float> c(posenc::plain_rope_frequencies(8));
     POSENC_REQUIRE_ERROR(c.reserve(std::numeric_limits<Index>::max() / 2),
-                         "the table size overflows");
+                         "max_len = 4611686018427387903");
+    POSENC_REQUIRE_ERROR(c.reserve(std::numeric_limits<Index>::max() / 2),
+                         "posenc::limits::max_elements");
     POSENC_REQUIRE_ERROR(c.ensure(-1), "max_position = -1");
     POSENC_REQUIRE_ERROR(c.ensure(std::numeric_limits<Index>::max()),
                          "max_position = 9223372036854775807");

@@ -86,7 +86,11 @@ namespace posenc {
 /// How the tiled kernel runs a call (they never change the result).
 struct flash_options {
   /// Worker threads: 1 runs on the calling thread; 0 uses std::thread::hardware_concurrency().
+  /// A call starts no more threads than it has units of work (and allocates one workspace
+  /// per started thread), so a large value costs nothing on a small problem.
   Index threads = 1;
+  /// The largest accepted `threads`: more is a posenc::error, not thousands of threads.
+  static constexpr Index max_threads = 1024;
 };
 
 /// The former name of flash_options.
@@ -272,18 +276,62 @@ void write_lse(const head_context<Policy, Real>& hc, const call_info& ci, Index 
   }
 }
 
+/// A row whose result the working precision may have got wrong where the reference's
+/// double would not: (batch * heads + head, query row).
+struct row_id {
+  Index head_unit, row;
+};
+
+/// The rows every worker noted, in one list.
+inline std::vector<row_id> join(const std::vector<std::vector<row_id>>& parts) {
+  std::vector<row_id> all;
+  for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+/// True when row r of a finished block (query row i of `out`) shows that the working
+/// precision overflowed: an infinite running maximum or a non-finite sum (a logit or a
+/// partial dot product past float's range: inf - inf = NaN), no weight although keys are
+/// visible (every logit overflowed to -inf), or a non-finite output (the weighted sum of
+/// values overflowed). NaN inputs show the same signs; their recomputation gives NaN again,
+/// as the reference does. Checked once per row after its block: O(dv), off the key loop.
+template <class Real, class TO>
+bool overflowed(const workspace<Real>& w, Index r, const strided_view<TO, 2>& out,
+                Index i) noexcept {
+  const auto ur = static_cast<std::size_t>(r);
+  const double l = w.l[ur];
+  if (!std::isfinite(l) || w.m[ur] == std::numeric_limits<Real>::infinity()) return true;
+  if (l == 0.0) return w.lim[ur] > 0;
+  for (Index c = 0; c < out.extent(1); ++c)
+    if (!std::isfinite(to_real<double>(out(i, c)))) return true;
+  return false;
+}
+
+/// Appends the rows of a finished block that overflowed (see overflowed) to `redo`.
+template <class Real, class TO>
+void note_overflows(const workspace<Real>& w, Index unit, Index r0, Index nb,
+                    const strided_view<TO, 2>& out, std::vector<row_id>& redo) {
+  if constexpr (!std::is_same_v<Real, double>)  // double is the reference's own precision
+    for (Index r = 0; r < nb; ++r)
+      if (overflowed(w, r, out, r0 + r)) redo.push_back({unit, r0 + r});
+}
+
 /// Prefill: units of (block of query rows, batch, head), the last blocks first (under a
 /// causal mask they see the most keys), so the costly units start early; each unit is one
 /// online softmax over its visible key tiles on the Backend's tile kernel.
 template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO, class TL>
-void prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
-             const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse, Index threads) {
+std::vector<row_id> prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
+                            const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse,
+                            Index threads) {
   using T = tiles<Real>;
   const attention_shape& s = p.shape();
-  const Index bh = s.batch * s.heads, workers = std::max<Index>(1, threads);
-  std::vector<workspace<Real>> ws = make_workspaces(p, workers);
-  const Backend tag{};
+  const Index bh = s.batch * s.heads;
   const Index blocks = (s.len_q + T::block_q - 1) / T::block_q;
+  // one workspace per thread that has a unit to run (parallel_for starts no more)
+  const Index workers = std::max<Index>(1, std::min(threads, blocks * bh));
+  std::vector<workspace<Real>> ws = make_workspaces(p, workers);
+  std::vector<std::vector<row_id>> redo(static_cast<std::size_t>(workers));
+  const Backend tag{};
   parallel_for(blocks * bh, threads, [&](Index u, Index worker) {
     const Index blk = blocks - 1 - u / bh;
     const auto& hc = p.head(u % bh);
@@ -306,9 +354,12 @@ void prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
       prefetch_rows<cache_hint::read>(slice_bh(q, hn.batch, hn.head_index), rn, T::block_q);
     }
     accumulate(hc, p.ci, r0, nb, last_tile, max_lim, w, tag);
-    finish_block(hc, r0, nb, w, slice_bh(out, hc.batch, hc.head_index), tag);
+    const auto o = slice_bh(out, hc.batch, hc.head_index);
+    finish_block(hc, r0, nb, w, o, tag);
     write_lse(hc, p.ci, r0, nb, w, lse);
+    note_overflows(w, u % bh, r0, nb, o, redo[static_cast<std::size_t>(worker)]);
   });
+  return join(redo);
 }
 
 /// Decode: the keys split into fixed chunks of decode_chunk, each chunk's partial softmax
@@ -316,12 +367,15 @@ void prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
 /// (batch, head) merged in chunk order (math/softmax.hpp), so the result does not depend
 /// on the thread count.
 template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO, class TL>
-void decode(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
-            const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse, Index threads) {
+std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
+                           const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse,
+                           Index threads) {
   using T = tiles<Real>;
   const attention_shape& s = p.shape();
-  const Index bh = s.batch * s.heads, workers = std::max<Index>(1, threads);
+  const Index bh = s.batch * s.heads;
   const Index chunks = p.chunks, nb = s.len_q;
+  // one workspace set per thread that has a unit in either pass (parallel_for starts no more)
+  const Index workers = std::max<Index>(1, std::min(threads, std::max(s.batch * chunks, bh)));
   struct partial {
     std::vector<Real> m;
     std::vector<double> l;
@@ -366,6 +420,7 @@ void decode(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
     }
   });
   std::vector<workspace<Real>> ws = make_workspaces(p, workers);
+  std::vector<std::vector<row_id>> redo(static_cast<std::size_t>(workers));
   const Backend tag{};
   parallel_for(bh, threads, [&](Index u, Index worker) {
     const auto& hc = p.head(u);
@@ -393,8 +448,39 @@ void decode(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
       w.lim[ur] = ::posenc::detail::visible_limit(*p.ci.mask, hc.batch, s.q_offset + r, s.len_k);
     }
     w.lanes = false;  // the merged states are in base e, as the portable kernel keeps them
-    finish_block(hc, 0, nb, w, slice_bh(out, hc.batch, hc.head_index), tag);
+    const auto o = slice_bh(out, hc.batch, hc.head_index);
+    finish_block(hc, 0, nb, w, o, tag);
     write_lse(hc, p.ci, 0, nb, w, lse);
+    note_overflows(w, u, Index(0), nb, o, redo[static_cast<std::size_t>(worker)]);
+  });
+  return join(redo);
+}
+
+/// Recomputes the rows `redo` in double, the reference's precision, on the portable
+/// kernel: the same policy, mask and key range, one row at a time. Only rows the working
+/// precision overflowed get here (see overflowed), so the fast path keeps its speed and a
+/// finite input never becomes a silent NaN.
+template <class Policy, class TQ, class TK, class TV, class TO, class TL>
+void recompute_in_double(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
+                         const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
+                         const attention_shape& s, const attention_config& config,
+                         const Policy& policy, Index threads, const strided_view<TL, 3>* lse,
+                         const std::vector<row_id>& redo) {
+  const auto p = make_plan<backend::scalar, double>(k, v, s, config, policy, threads);
+  const Index rows = static_cast<Index>(redo.size());
+  // full-size workspaces: the key tiles converted to double (kv_block::tile) live in them
+  std::vector<workspace<double>> ws =
+      make_workspaces(p, std::max<Index>(1, std::min(threads, rows)));
+  const backend::scalar tag{};
+  parallel_for(rows, threads, [&](Index n, Index worker) {
+    const row_id& id = redo[static_cast<std::size_t>(n)];
+    const auto& hc = p.head(id.head_unit);
+    workspace<double>& w = ws[static_cast<std::size_t>(worker)];
+    const Index lim =
+        begin_block(hc, p.ci, slice_bh(q, hc.batch, hc.head_index), id.row, 1, w, tag);
+    accumulate(hc, p.ci, id.row, 1, Index(0), lim, w, tag);
+    finish_block(hc, id.row, 1, w, slice_bh(out, hc.batch, hc.head_index), tag);
+    write_lse(hc, p.ci, id.row, 1, w, lse);
   });
 }
 
@@ -407,11 +493,13 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strid
   if (s.batch == 0 || s.len_q == 0) return;
   if (s.dim_v == 0 && lse == nullptr) return;
   if (threads == 0) threads = std::max<Index>(1, std::thread::hardware_concurrency());
-  const auto p = make_plan<Backend, Real>(k, v, s, config, policy, threads);
-  if (p.decode)
-    decode<Backend>(p, q, out, lse, threads);
-  else
-    prefill<Backend>(p, q, out, lse, threads);
+  std::vector<row_id> redo;
+  {
+    const auto p = make_plan<Backend, Real>(k, v, s, config, policy, threads);
+    redo = p.decode ? decode<Backend>(p, q, out, lse, threads)
+                    : prefill<Backend>(p, q, out, lse, threads);
+  }
+  if (!redo.empty()) recompute_in_double(q, k, v, out, s, config, policy, threads, lse, redo);
 }
 
 /// The public calls' validation (the same messages with or without lse), then run().
@@ -427,8 +515,8 @@ void checked_run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
                 "posenc::flash_multi_head_attention: q, k and v must have the same scalar type");
   check_flash_policy<Policy>();
   const char* where = "flash_multi_head_attention";
-  require(options.threads >= 0, where, "threads", options.threads,
-          "must be >= 0 (0 = hardware concurrency)");
+  require(options.threads >= 0 && options.threads <= flash_options::max_threads, where, "threads",
+          options.threads, "must be in [0, 1024] (0 = hardware concurrency)");
   const attention_shape s = multi_head_shape(q, k, v, out, config, where);
   check_attention(s, config, policy, where);
   check_no_overlap(where, "out", out, "q", q);

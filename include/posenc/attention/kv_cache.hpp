@@ -14,6 +14,7 @@
 /// before appending, and rotates each query at its position before attending.
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "../core/attention_config.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../core/policy.hpp"
 #include "../core/view.hpp"
 #include "multi_head.hpp"
@@ -40,11 +42,17 @@ class kv_cache {
     detail::require(dim_v >= 1, "kv_cache", "dim_v", dim_v, "must be >= 1");
     detail::require(reserve_tokens >= 0, "kv_cache", "reserve_tokens", reserve_tokens,
                     "must be >= 0");
+    detail::check_heads_limit("kv_cache", "kv_heads", kv_heads);
+    detail::check_dim_limit("kv_cache", "dim", dim);
+    detail::check_dim_limit("kv_cache", "dim_v", dim_v);
+    detail::check_elements("kv_cache", "reserve_tokens", reserve_tokens,
+                           kv_heads * std::max(dim, dim_v));
     keys_.reserve(static_cast<std::size_t>(reserve_tokens * kv_heads * dim));
     values_.reserve(static_cast<std::size_t>(reserve_tokens * kv_heads * dim_v));
   }
 
   /// Appends n tokens: k [n, H_kv·d], v [n, H_kv·dv] (heads packed along the columns).
+  /// A call that throws (bad shapes; std::bad_alloc) leaves the cache unchanged.
   template <class DK, class DV>
   void append(const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v) {
     detail::require(k.cols() == kv_heads_ * dim_, "kv_cache::append", "k.cols()", k.cols(),
@@ -53,11 +61,13 @@ class kv_cache {
                     "must equal kv_heads * dim_v");
     detail::require(v.rows() == k.rows(), "kv_cache::append", "v.rows()", v.rows(),
                     "must equal k.rows()");
+    const rollback undo(*this);
     for (Index r = 0; r < k.rows(); ++r) {
       for (Index c = 0; c < k.cols(); ++c) keys_.push_back(static_cast<Scalar>(k(r, c)));
       for (Index c = 0; c < v.cols(); ++c) values_.push_back(static_cast<Scalar>(v(r, c)));
     }
     size_ += k.rows();
+    undo.keep();
   }
 
   /// Number of cached tokens.
@@ -105,6 +115,8 @@ class kv_cache {
   }
 
   /// Appends k, v for n new tokens, then attends their queries q [n, H·d] (see attend).
+  /// Atomic: a call that throws (any argument attend, the config or the policy rejects)
+  /// leaves the cache as it was, so a decode loop can catch, fix and retry.
   template <class DQ, class DK, class DV, class Policy = no_position_policy>
   attention_matrix<Scalar> step(const Eigen::MatrixBase<DQ>& q, const Eigen::MatrixBase<DK>& k,
                                 const Eigen::MatrixBase<DV>& v, Index heads,
@@ -116,11 +128,37 @@ class kv_cache {
     detail::require(heads >= 1, "kv_cache::step", "heads", heads, "must be >= 1");
     detail::require(q.cols() == heads * dim_, "kv_cache::step", "q.cols()", q.cols(),
                     "must equal heads * dim");
+    const rollback undo(*this);
     append(k, v);
-    return attend(q, heads, config, policy);
+    attention_matrix<Scalar> out = attend(q, heads, config, policy);
+    undo.keep();
+    return out;
   }
 
  private:
+  /// Restores the cache's size on scope exit unless keep() was called: the strong
+  /// guarantee for append and step (shrinking keeps the earlier rows as they were).
+  class rollback {
+   public:
+    explicit rollback(kv_cache& c) noexcept
+        : c_(c), size_(c.size_), keys_(c.keys_.size()), values_(c.values_.size()) {}
+    rollback(const rollback&) = delete;
+    rollback& operator=(const rollback&) = delete;
+    ~rollback() {
+      if (kept_) return;
+      c_.keys_.resize(keys_);
+      c_.values_.resize(values_);
+      c_.size_ = size_;
+    }
+    void keep() const noexcept { kept_ = true; }
+
+   private:
+    kv_cache& c_;
+    Index size_;
+    std::size_t keys_, values_;
+    mutable bool kept_ = false;
+  };
+
   Index kv_heads_, dim_, dim_v_;
   Index size_ = 0;
   std::vector<Scalar> keys_, values_;

@@ -106,6 +106,7 @@ void merge_attention_states(const strided_view<TA, 4>& o_a, const strided_view<L
   detail::check_no_overlap(where, "lse_out", lse_out, "o_b", o_b);
   using T = std::remove_cv_t<TO>;
   const Index batch = o_a.extent(0), len = o_a.extent(1), heads = o_a.extent(2), dv = o_a.extent(3);
+  if (batch == 0 || len == 0 || heads == 0) return;  // no row, however large the other extents
   for (Index b = 0; b < batch; ++b)
     for (Index h = 0; h < heads; ++h)
       for (Index i = 0; i < len; ++i) {

@@ -105,6 +105,7 @@
 #include <limits>
 
 #include "error.hpp"
+#include "limits.hpp"
 #include "types.hpp"
 
 namespace posenc {
@@ -241,6 +242,8 @@ template <class Policy>
 dmatrix materialize_bias(const Policy& policy, Index batch, Index head,
                          const attention_shape& shape) {
   detail::check_positions(shape, "materialize_bias");
+  detail::check_elements("materialize_bias", "len_k", shape.len_k, 1);
+  detail::check_elements("materialize_bias", "len_q", shape.len_q, shape.len_k);
   policy.check(shape);
   detail::require(batch >= 0 && batch < shape.batch, "materialize_bias", "batch", batch,
                   "must be in [0, shape.batch)");
@@ -261,6 +264,8 @@ template <class Policy, class DerivedQ>
 dmatrix materialize_score(const Policy& policy, Index batch, Index head,
                           const attention_shape& shape, const Eigen::MatrixBase<DerivedQ>& q) {
   detail::check_positions(shape, "materialize_score");
+  detail::check_elements("materialize_score", "len_k", shape.len_k, 1);
+  detail::check_elements("materialize_score", "len_q", shape.len_q, shape.len_k);
   policy.check(shape);
   detail::require(q.rows() == shape.len_q, "materialize_score", "q.rows()", q.rows(),
                   "must equal shape.len_q");

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../core/policy.hpp"
 #include "../core/types.hpp"
 #include "../math/alibi.hpp"
@@ -41,6 +42,7 @@ namespace posenc {
 /// max_bias > 0 (8 reproduces the paper). Returns `heads` slopes, head 0 first.
 inline std::vector<double> alibi_slopes_max_bias(Index heads, double max_bias) {
   detail::require(heads >= 1, "alibi_slopes", "heads", heads, "must be >= 1");
+  detail::check_heads_limit("alibi_slopes", "heads", heads);
   detail::require(std::isfinite(max_bias) && max_bias > 0, "alibi_slopes", "max_bias", max_bias,
                   "must be finite and > 0");
   std::vector<double> m(static_cast<std::size_t>(heads));
@@ -134,6 +136,10 @@ inline dmatrix alibi_bias(Index heads, Index len_q, Index len_k, Index q_offset 
   s.dim = 1;
   s.q_offset = q_offset;
   detail::check_positions(s, "alibi_bias");
+  detail::require(heads >= 1, "alibi_bias", "heads", heads, "must be >= 1");
+  detail::check_heads_limit("alibi_bias", "heads", heads);
+  detail::check_elements("alibi_bias", "len_k", len_k, 1);
+  detail::check_elements("alibi_bias", "len_q", len_q, heads * len_k);
   const alibi_policy p(heads, form);
   dmatrix out(heads * len_q, len_k);
   for (Index h = 0; h < heads; ++h) out.middleRows(h * len_q, len_q) = materialize_bias(p, 0, h, s);

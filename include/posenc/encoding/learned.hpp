@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../core/random.hpp"
 #include "../core/view.hpp"
 #include "../io/npy.hpp"
@@ -44,11 +45,12 @@ class learned_table {
   /// The usual initial standard deviation (GPT-2, BERT: 0.02).
   static constexpr double default_stddev = 0.02;
 
-  /// The most elements (max_len * dim) a table made here may have: 2^36 (256 GiB of
-  /// float32 with its gradient; 2^20 positions of width 2^16). Larger sizes are refused
-  /// with posenc::error before anything is allocated, instead of overflowing the size or
-  /// failing with std::bad_alloc.
-  static constexpr Index max_elements = Index(1) << 36;
+  /// The most elements (max_len * dim) a table made here may have:
+  /// posenc::limits::max_elements = 2^31 (8 GiB of float32, twice that with the gradient).
+  /// Larger sizes are refused with posenc::error before anything is allocated, instead of
+  /// overflowing the size or asking the allocator for an absurd amount (a size within it
+  /// that the machine cannot hold is still std::bad_alloc).
+  static constexpr Index max_elements = limits::max_elements;
 
   /// A [max_len, dim] table drawn from N(0, stddev^2) with posenc::random_generator(seed):
   /// element (r, c) is stddev * z_k rounded to Scalar, where z_k is the generator's
@@ -286,10 +288,10 @@ class learned_table {
   /// rows * dim <= max_elements, checked without forming the product.
   static void check_size(const char* where, const char* rows_name, Index rows, Index dim) {
     detail::require(dim <= max_elements, where, "dim", dim,
-                    "must be <= 2^36 (learned_table::max_elements)");
+                    "must be <= 2^31 (learned_table::max_elements)");
     detail::require(rows <= max_elements / dim, where, rows_name, rows,
                     "must be <= " + std::to_string(max_elements / dim) +
-                        " for dim = " + std::to_string(dim) + " (at most 2^36 elements)");
+                        " for dim = " + std::to_string(dim) + " (at most 2^31 elements)");
   }
 
   void check_width(const char* where, Index cols) const {

@@ -31,6 +31,7 @@
 #include <algorithm>
 
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../core/policy.hpp"
 #include "../core/types.hpp"
 #include "../math/clip.hpp"
@@ -106,6 +107,12 @@ class shaw_policy : public policy_base {
     detail::require(dim_v >= 1, "shaw_policy", "dim_v", dim_v, "must be >= 1");
     detail::require(tables >= 1, "shaw_policy", "tables", tables,
                     "must be >= 1 (1 = shared by all heads, H = one per head)");
+    detail::check_heads_limit("shaw_policy", "tables", tables);
+    detail::check_dim_limit("shaw_policy", "dim", dim);
+    detail::check_dim_limit("shaw_policy", "dim_v", dim_v);
+    // clip up to 2^31 each side: the window's rows times the widest table must fit
+    detail::check_elements("shaw_policy", "clip rows * tables", tables * clip_.rows(),
+                           std::max(dim, dim_v));
     key_ = matrix::Zero(tables * clip_.rows(), dim);
     value_ = matrix::Zero(tables * clip_.rows(), dim_v);
   }

@@ -35,6 +35,7 @@
 #include "../backend/sinusoidal.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../core/types.hpp"
 #include "../core/view.hpp"
 #include "../math/frequency.hpp"
@@ -116,6 +117,7 @@ namespace detail {
 inline std::vector<double> sinusoidal_frequencies(const sinusoidal_config& config) {
   const Index d = config.dim;
   require(d > 0, "sinusoidal", "dim", d, "must be > 0");
+  check_dim_limit("sinusoidal", "dim", d);
   switch (config.preset) {
     case sinusoidal_preset::vaswani:
       require(
@@ -234,6 +236,7 @@ class sinusoidal {
   /// A shard or a streaming step gets exactly the rows of the full table.
   matrix table(Index len, Index offset = 0) const {
     check_range("sinusoidal::table", len, offset);
+    detail::check_elements("sinusoidal::table", "len", len, dim());
     matrix out(len, dim());
     run(nullptr, offset, len, out.data(), dim(), 1, false, Scalar(1));
     return out;
@@ -287,6 +290,7 @@ class sinusoidal {
     const Index batch = embeddings.extent(0), seq = embeddings.extent(1);
     check_width("sinusoidal::add_to", embeddings.extent(2));
     check_range("sinusoidal::add_to", seq, offset);
+    if (batch == 0 || seq == 0) return;  // nothing to add, however large the other extent
     const Scalar s = scale_value(scale);
     if (batch == 1) {
       run(nullptr, offset, seq, embeddings.data(), embeddings.stride(1), embeddings.stride(2), true,

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../core/policy.hpp"
 #include "../core/types.hpp"
 #include "../math/t5_bucket.hpp"
@@ -79,6 +80,8 @@ inline row_matrix<Index> t5_buckets(Index len_q, Index len_k, const t5_bucket_co
                   q_offset,
                   "must be <= the largest Index minus len_q (query positions "
                   "q_offset + i must be representable)");
+  detail::check_elements("t5_buckets", "len_k", len_k, 1);
+  detail::check_elements("t5_buckets", "len_q", len_q, len_k);
   row_matrix<Index> out(len_q, len_k);
   for (Index i = 0; i < len_q; ++i)
     for (Index j = 0; j < len_k; ++j)

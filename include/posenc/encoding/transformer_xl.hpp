@@ -46,6 +46,7 @@
 #include <utility>
 
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../core/policy.hpp"
 #include "../core/types.hpp"
 #include "../math/frequency.hpp"
@@ -60,6 +61,7 @@ inline drow txl_inv_freq(Index dim, double base = 10000.0) {
   detail::require(dim >= 2 && dim % 2 == 0, "txl_inv_freq", "dim", dim,
                   "must be even and >= 2 (sin block + cos block)");
   detail::require(base > 1.0, "txl_inv_freq", "base", base, "must be > 1");
+  detail::check_dim_limit("txl_inv_freq", "dim", dim);
   drow w(dim / 2);
   for (Index t = 0; t < dim / 2; ++t) w(t) = math::inv_freq(base, t, dim);
   return w;
@@ -175,6 +177,9 @@ class transformer_xl_policy : public policy_base {
     detail::require(rdim % 2 == 0, "transformer_xl_policy", dim_r > 0 ? "dim_r" : "dim", rdim,
                     "the sinusoid R needs an even dim (sin block + cos block)");
     detail::require(base > 1.0, "transformer_xl_policy", "base", base, "must be > 1");
+    detail::check_heads_limit("transformer_xl_policy", "heads", heads);
+    detail::check_dim_limit("transformer_xl_policy", "dim", dim);
+    detail::check_dim_limit("transformer_xl_policy", "dim_r", dim_r);
     u_ = matrix::Zero(heads, dim);
     v_ = matrix::Zero(heads, dim);
     if (dim_r > 0) w_r_ = matrix::Zero(dim_r, heads * dim);

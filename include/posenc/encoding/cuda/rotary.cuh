@@ -221,7 +221,9 @@ class rotary_embedding<Scalar, backend::cuda> {
     const Index max_pos =
         detail::validate_rope_jobs(head_dim(), jobs, count, positions, true, where);
     const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
-    if (max_pos < 0 || batch == 0) return;
+    Index heads = 0;  // of all jobs: with none there is nothing to rotate, whatever seq says
+    for (int j = 0; j < count; ++j) heads += jobs[j].in.extent(2);
+    if (max_pos < 0 || batch == 0 || seq == 0 || heads == 0) return;
     // host-known positions grow the cache as on the CPU; device ids use what it holds,
     // and their other rows are computed on the fly
     kernels::rope_device_args<Scalar, real_type> a =

@@ -43,6 +43,7 @@
 #include "../../backend/simd/angles.hpp"
 #include "../../core/backend.hpp"
 #include "../../core/error.hpp"
+#include "../../core/limits.hpp"
 #include "../../core/types.hpp"
 #include "../../math/rotation.hpp"
 #include "frequencies.hpp"
@@ -248,10 +249,10 @@ class rope_cache {
     detail::require(max_len >= 0, "rope_cache::reserve", "max_len", max_len, "must be >= 0");
     if (max_len <= size_) return;
     const Index p = pairs();
-    detail::require(p == 0 || max_len <= std::numeric_limits<Index>::max() / (4 * p),
-                    "rope_cache::reserve", "max_len", max_len, "the table size overflows");
-    const auto total = static_cast<std::size_t>(max_len * p);
     const bool xpos = freqs_.has_xpos();
+    // cos and sin rows (and the keys' under xPos): at most limits::max_elements values
+    detail::check_elements("rope_cache::reserve", "max_len", max_len, (xpos ? 4 : 2) * p);
+    const auto total = static_cast<std::size_t>(max_len * p);
     cos_q_.resize(total);
     sin_q_.resize(total);
     if (xpos) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../../core/error.hpp"
+#include "../../core/limits.hpp"
 #include "../../core/types.hpp"
 #include "../../math/frequency.hpp"
 
@@ -79,6 +80,7 @@ struct rope_frequencies {
 inline rope_frequencies plain_rope_frequencies(Index rotary_dim, double base = 10000.0) {
   detail::require(rotary_dim > 0 && rotary_dim % 2 == 0, "plain_rope_frequencies", "rotary_dim",
                   rotary_dim, "must be even and positive");
+  detail::check_dim_limit("plain_rope_frequencies", "rotary_dim", rotary_dim);
   detail::require(std::isfinite(base) && base > 1.0, "plain_rope_frequencies", "base", base,
                   "must be finite and > 1");
   rope_frequencies f;

@@ -82,6 +82,9 @@ inline std::optional<std::vector<double>> param_list(const rope_params& p, std::
   const rope_param* v = find_param(p, key);
   if (!v) return std::nullopt;
   if (const auto* l = std::get_if<std::vector<double>>(v)) return *l;
+  // read_hf_json keeps a list holding a non-number as a string that says where
+  if (const auto* s = std::get_if<std::string>(v); s && s->rfind("<a list", 0) == 0)
+    fail("rope_config_from_hf", key, *s, "must be a list of numbers");
   fail("rope_config_from_hf", key, "<not a list>", "must be a list of numbers");
 }
 
@@ -313,8 +316,10 @@ inline rope_config rope_config_from_gguf(const gguf_rope_params& g) {
 namespace detail {
 
 /// Stores one config.json value under `key` when it is a kind rope_params holds: a string, a
-/// number, a boolean or a list of numbers. null leaves the key absent; objects and lists
-/// holding anything but numbers are skipped.
+/// number, a boolean or a list of numbers. null leaves the key absent and objects are
+/// skipped. A list holding anything but numbers (`"architectures": ["LlamaForCausalLM"]`) is
+/// kept as a string naming its first such element, so that reading it as a list (a
+/// `"short_factor": [1, "x"]`) says what is wrong instead of "missing".
 inline void hf_value_into(rope_params& out, const std::string& key,
                           const io::detail::json_value& v) {
   using kind = io::detail::json_value::kind;
@@ -331,7 +336,10 @@ inline void hf_value_into(rope_params& out, const std::string& key,
     case kind::array: {
       std::vector<double> list;
       for (const io::detail::json_value& item : v.items) {
-        if (item.k != kind::number) return;
+        if (item.k != kind::number) {
+          out[key] = "<a list whose element " + std::to_string(list.size()) + " is not a number>";
+          return;
+        }
         list.push_back(std::strtod(item.text.c_str(), nullptr));
       }
       out[key] = std::move(list);

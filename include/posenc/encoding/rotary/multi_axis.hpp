@@ -148,7 +148,8 @@ class multi_axis_rotary {
         if (positions(a, l) < 0)
           detail::fail(where, "positions(" + std::to_string(a) + ", " + std::to_string(l) + ")",
                        positions(a, l), "must be >= 0");
-    if (batch == 0 || seq == 0) return;
+    const Index heads = q.extent(2) + (has_k ? k.extent(2) : 0);
+    if (batch == 0 || seq == 0 || heads == 0) return;
 
     const Index pairs = static_cast<Index>(inv_freq_.size());
     std::vector<Scalar> cs(static_cast<std::size_t>(2 * pairs));

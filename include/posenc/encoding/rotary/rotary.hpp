@@ -46,6 +46,7 @@
 #include "../../backend/rotary.hpp"
 #include "../../core/backend.hpp"
 #include "../../core/error.hpp"
+#include "../../core/limits.hpp"
 #include "../../core/types.hpp"
 #include "../../core/view.hpp"
 #include "cache.hpp"
@@ -246,6 +247,7 @@ class rotary_embedding {
                    rope_options options = {})
       : head_dim_(head_dim), pairing_(pairing), options_(options) {
     detail::require(head_dim > 0, "rotary_embedding", "head_dim", head_dim, "must be > 0");
+    detail::check_dim_limit("rotary_embedding", "head_dim", head_dim);
     detail::check_rope_frequencies(freqs, "rotary_embedding");
     const Index r = freqs.rotary_dim();
     detail::require(r <= head_dim, "rotary_embedding", "rotary_dim", r,
@@ -256,10 +258,19 @@ class rotary_embedding {
                     "must be >= 0");
     detail::require(options.cache_limit >= 0, "rotary_embedding", "cache_limit",
                     options.cache_limit, "must be >= 0");
+    // The cache holds at most limits::max_elements values: cache_limit is lowered to that
+    // (rows past it are computed on the fly, the same values, as for any position past
+    // cache_limit), and an explicit max_len that would still exceed it is an error.
+    const Index per_row = std::max<Index>(1, (freqs.has_xpos() ? 2 : 1) * r);
+    if (options.cache == rope_cache_mode::cached)  // max_len rows are stored up front
+      detail::check_elements("rotary_embedding",
+                             options.max_len <= options.cache_limit ? "max_len" : "cache_limit",
+                             std::min(options.max_len, options.cache_limit), per_row);
+    options_.cache_limit = std::min(options.cache_limit, limits::max_elements / per_row);
     // max_len is capped by cache_limit like every other growth of the cache
     cache_ = rope_cache<real_type, Backend>(std::move(freqs), options.precision,
                                             options.cache == rope_cache_mode::cached
-                                                ? std::min(options.max_len, options.cache_limit)
+                                                ? std::min(options.max_len, options_.cache_limit)
                                                 : 0);
   }
 
@@ -384,6 +395,7 @@ class rotary_embedding {
 
   static rope_frequencies make_plain(Index head_dim, Index rotary_dim, double base) {
     detail::require(head_dim > 0, "rotary_embedding", "head_dim", head_dim, "must be > 0");
+    detail::check_dim_limit("rotary_embedding", "head_dim", head_dim);
     // only -1 means "the head dim": any other negative is a mistake, not full rotary
     const Index r = rotary_dim == -1 ? head_dim : rotary_dim;
     detail::require(r > 0 && r % 2 == 0, "rotary_embedding", "rotary_dim", r,
@@ -420,7 +432,9 @@ class rotary_embedding {
     const Index max_pos =
         detail::validate_rope_jobs(head_dim_, jobs, count, positions, false, where);
     const Index batch = jobs[0].in.extent(0), seq = jobs[0].in.extent(1);
-    if (max_pos < 0 || batch == 0) return;
+    Index heads = 0;  // of all jobs: with none there is nothing to rotate, whatever seq says
+    for (int j = 0; j < count; ++j) heads += jobs[j].in.extent(2);
+    if (max_pos < 0 || batch == 0 || seq == 0 || heads == 0) return;
 
     const bool cached = options_.cache == rope_cache_mode::cached;
     if (cached && max_pos >= cache_.size() && cache_.size() < options_.cache_limit) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../../core/error.hpp"
+#include "../../core/limits.hpp"
 #include "../../core/types.hpp"
 #include "../../math/frequency.hpp"
 #include "frequencies.hpp"
@@ -178,6 +179,7 @@ inline void rope_config::validate() const {
                       t <= static_cast<int>(rope_scaling_type::xpos),
                   where, "scaling", t, "unknown scaling type");
   detail::require(head_dim > 0, where, "head_dim", head_dim, "must be > 0");
+  detail::check_dim_limit(where, "head_dim", head_dim);
   detail::require(rotary_dim == -1 || rotary_dim > 0, where, "rotary_dim", rotary_dim,
                   "must be > 0 (or -1 for head_dim)");
   const Index r = resolved_rotary_dim();
