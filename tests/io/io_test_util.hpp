@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -44,6 +45,29 @@ inline std::string npy_raw(const std::string& dict, const std::string& data, int
   const std::string header = dict + "\n";
   s += le_bytes(header.size(), major == 1 ? 2 : 4);
   return s + header + data;
+}
+
+/// A .safetensors file's bytes from a header text (not padded) and a data buffer.
+inline std::string safetensors_bytes(const std::string& json, const std::string& data) {
+  return le_bytes(json.size(), 8) + json + data;
+}
+
+/// A .safetensors file of `n` one-element F32 tensors "t0", "t1", ... in that order, tensor
+/// k holding the value k (exact in float for k < 2^24).
+inline std::string many_tensors(std::size_t n) {
+  std::string json = "{";
+  std::string data(4 * n, '\0');
+  for (std::size_t k = 0; k < n; ++k) {
+    json += (k ? ",\"t" : "\"t") + std::to_string(k) +
+            "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" + std::to_string(4 * k) + "," +
+            std::to_string(4 * k + 4) + "]}";
+    const float v = static_cast<float>(k);
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    for (int b = 0; b < 4; ++b)
+      data[4 * k + static_cast<std::size_t>(b)] = static_cast<char>(bits >> (8 * b));
+  }
+  return safetensors_bytes(json + "}", data);
 }
 
 /// `n` zero bytes.

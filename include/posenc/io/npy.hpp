@@ -139,6 +139,8 @@ class npy_header_parser {
     }
     for (;;) {
       skip_ws();
+      // Checked before the next extent is stored: a 16 MB header of "1, 1, ..." stops here.
+      if (shape.size() == max_rank) bad("shape has more than 64 axes");
       shape.push_back(parse_dim());
       skip_ws();
       if (peek() == ',') {
@@ -157,7 +159,6 @@ class npy_header_parser {
       }
       bad("expected ',' or ')' in the shape");
     }
-    if (shape.size() > 64) bad("shape has more than 64 axes");
     return shape;
   }
   Index parse_dim() {
@@ -235,7 +236,7 @@ inline npy_header read_npy_header(input_file& f, const std::string& path) {
     fail(where, "path", path,
          "header length " + std::to_string(header_len) + " runs past the end of the file (" +
              std::to_string(f.size()) + " bytes)");
-  if (header_len > (std::uint64_t{1} << 24))
+  if (header_len > npy_max_header_bytes)
     fail(where, "path", path,
          "header length " + std::to_string(header_len) + " is implausibly large");
   std::string text(static_cast<std::size_t>(header_len), '\0');

@@ -22,8 +22,11 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -108,25 +111,6 @@ inline const char* safetensors_dtype_name(dtype t) noexcept {
   return "?";
 }
 
-/// A non-negative JSON integer that fits in int64, else an error naming `what`.
-inline std::uint64_t json_uint(const json_value& v, const std::string& what,
-                               const std::string& path) {
-  const auto bad = [&] {
-    fail("io::safetensors", "path", path,
-         what + " must be a non-negative integer below 2^63" +
-             (v.k == json_value::kind::number ? " (got " + v.text + ")" : ""));
-  };
-  if (v.k != json_value::kind::number || v.text.empty() || v.text[0] == '-') bad();
-  std::uint64_t x = 0;
-  for (char c : v.text) {
-    if (c < '0' || c > '9') bad();
-    const auto d = static_cast<std::uint64_t>(c - '0');
-    if (x > (static_cast<std::uint64_t>(INT64_MAX) - d) / 10) bad();
-    x = x * 10 + d;
-  }
-  return x;
-}
-
 /// JSON text of a string, with the escapes JSON requires.
 inline std::string json_quote(const std::string& s) {
   static const char* hex = "0123456789abcdef";
@@ -147,136 +131,202 @@ inline std::string json_quote(const std::string& s) {
   return out + "\"";
 }
 
-}  // namespace detail
+/// The non-negative JSON integer below 2^63 at the parser's cursor (consumed), else
+/// posenc::error "<label>: <field>[<index>] must be a non-negative integer below 2^63
+/// (got <text>)".
+inline std::uint64_t json_uint(json_parser& p, const std::string& label, const char* field,
+                               std::size_t index, const std::string& path) {
+  const bool number = p.next_kind() == json_value::kind::number;
+  const std::string_view text = number ? p.read_number() : std::string_view();
+  const auto bad = [&] {
+    fail("io::safetensors", "path", path,
+         label + ": " + field + "[" + std::to_string(index) +
+             "] must be a non-negative integer below 2^63" +
+             (number ? " (got " + std::string(text) + ")" : ""));
+  };
+  if (!number || text.empty() || text[0] == '-') bad();
+  std::uint64_t x = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') bad();
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (x > (static_cast<std::uint64_t>(INT64_MAX) - d) / 10) bad();
+    x = x * 10 + d;
+  }
+  return x;
+}
 
-/// Reads and validates the header of a `.safetensors` file: the length prefix against the
-/// file size (and a 100 MB cap), UTF-8, the JSON (strict; duplicate keys are errors), every
-/// entry's keys (exactly dtype, shape, data_offsets), dtype, shape (non-negative, no
-/// overflow), offsets (begin <= end, end - begin = prod(shape) * dtype size), and that the
-/// tensors tile the byte buffer with no gap, overlap or trailing bytes. `__metadata__`, if
-/// present, must map strings to strings. Throws posenc::error naming the path and the defect.
-inline safetensors_header read_safetensors_header(const std::string& path) {
-  using posenc::detail::fail;
+/// The number of elements of the array at the cursor, counted no further than `most + 1`
+/// (nothing is stored); the cursor stays where it was.
+inline std::size_t count_elements(json_parser& p, std::size_t most) {
+  const std::size_t at = p.offset();
+  std::size_t n = 0;
+  if (p.enter_array()) do {
+      p.skip_value();
+      ++n;
+    } while (n <= most && p.next_element());
+  p.seek(at);
+  return n;
+}
+
+/// The entry of tensor `name` at the cursor (the value of its header key), checked as
+/// read_safetensors_header says; the cursor is left after it. The keys are checked first
+/// (unknown ones, then missing ones), then dtype, shape and data_offsets in that order,
+/// each array's length before any of its elements is stored.
+inline safetensors_info read_entry(json_parser& p, std::string name, std::uint64_t buffer_size,
+                                   const std::string& path) {
+  using kind = json_value::kind;
+  const std::string label = "tensor \"" + name + "\"";
+  const auto bad = [&](const std::string& what) {
+    fail("io::safetensors", "path", path, label + ": " + what);
+  };
+  if (p.next_kind() != kind::object) bad("entry must be an object");
+  // Where each value starts: read once the set of keys is known to be right.
+  constexpr std::size_t none = std::string_view::npos;
+  std::size_t at_dtype = none, at_shape = none, at_offsets = none;
+  std::string scratch;
+  if (p.enter_object()) do {
+      const std::string_view key = p.read_key(scratch);
+      if (key == "dtype")
+        at_dtype = p.offset();
+      else if (key == "shape")
+        at_shape = p.offset();
+      else if (key == "data_offsets")
+        at_offsets = p.offset();
+      else
+        bad("unexpected key \"" + std::string(key) + "\"");
+      p.skip_value();
+    } while (p.next_member());
+  const std::size_t end = p.offset();
+  if (at_dtype == none) bad("missing \"dtype\"");
+  if (at_shape == none) bad("missing \"shape\"");
+  if (at_offsets == none) bad("missing \"data_offsets\"");
+
+  safetensors_info info;
+  info.name = std::move(name);
+  p.seek(at_dtype);
+  if (p.next_kind() != kind::string) bad("dtype must be a string");
+  const std::string_view d = p.read_string(scratch);
+  if (d == "F16")
+    info.type = dtype::f16;
+  else if (d == "BF16")
+    info.type = dtype::bf16;
+  else if (d == "F32")
+    info.type = dtype::f32;
+  else if (d == "F64")
+    info.type = dtype::f64;
+  else if (d == "I32")
+    info.type = dtype::i32;
+  else if (d == "I64")
+    info.type = dtype::i64;
+  else if (d == "U8")
+    info.type = dtype::u8;
+  else if (d == "BOOL")
+    info.type = dtype::boolean;
+  else
+    bad("unsupported dtype \"" + std::string(d) +
+        "\" (supported: F16 BF16 F32 F64 I32 I64 U8 BOOL)");
+
+  p.seek(at_shape);
+  if (p.next_kind() != kind::array) bad("shape must be an array");
+  if (count_elements(p, max_rank) > max_rank) bad("shape has more than 64 axes");
+  if (p.enter_array()) do {
+      const std::uint64_t e = json_uint(p, label, "shape", info.shape.size(), path);
+      if (e > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
+        bad("shape[" + std::to_string(info.shape.size()) + "] = " + std::to_string(e) +
+            " does not fit Index");
+      info.shape.push_back(static_cast<Index>(e));
+    } while (p.next_element());
+  const Index numel = checked_numel(info.shape, dtype_size(info.type), "io::safetensors", path,
+                                    "path", label + ": ");
+
+  p.seek(at_offsets);
+  if (p.next_kind() != kind::array || count_elements(p, 2) != 2)
+    bad("data_offsets must be an array of two integers");
+  p.enter_array();
+  info.begin = json_uint(p, label, "data_offsets", 0, path);
+  p.next_element();
+  info.end = json_uint(p, label, "data_offsets", 1, path);
+  if (info.begin > info.end)
+    bad("data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
+        "] are reversed");
+  if (info.end > buffer_size)
+    bad("data_offsets end " + std::to_string(info.end) + " is past the end of the data (" +
+        std::to_string(buffer_size) + " bytes): truncated file?");
+  const std::uint64_t need = static_cast<std::uint64_t>(numel) * dtype_size(info.type);
+  if (info.end - info.begin != need)
+    bad("data_offsets span " + std::to_string(info.end - info.begin) +
+        " bytes but shape and dtype " + safetensors_dtype_name(info.type) + " need " +
+        std::to_string(need));
+  p.seek(end);
+  return info;
+}
+
+/// The `__metadata__` object at the cursor into `out` (string pairs in document order).
+inline void read_metadata(json_parser& p, std::vector<std::pair<std::string, std::string>>& out,
+                          const std::string& path) {
+  using kind = json_value::kind;
+  if (p.next_kind() != kind::object)
+    fail("io::safetensors", "path", path, "__metadata__ must be an object of strings");
+  std::string key_scratch, value_scratch;
+  if (p.enter_object()) do {
+      std::string key(p.read_key(key_scratch));
+      if (p.next_kind() != kind::string)
+        fail("io::safetensors", "path", path,
+             "__metadata__ value of \"" + key + "\" must be a string");
+      out.emplace_back(std::move(key), std::string(p.read_string(value_scratch)));
+    } while (p.next_member());
+}
+
+/// The header of the open file `f` (see read_safetensors_header): the one header reader
+/// behind every reading entry point. Every size that decides an allocation is checked
+/// before it: the header length against the file size and the 100 MB cap before the text
+/// is read, the JSON validated (no tree is built: the entries are read in place), each
+/// shape's length against 64 axes before its extents are stored.
+inline safetensors_header parse_safetensors_header(input_file& f, const std::string& path) {
   const char* where = "io::safetensors";
-  detail::input_file f(path, where);
   if (f.size() < 8)
     fail(
         where, "path", path,
         "truncated: " + std::to_string(f.size()) + " bytes, shorter than the 8-byte header length");
   unsigned char len_raw[8];
   f.read(0, len_raw, 8, "the header length");
-  const std::uint64_t n = detail::load_le(len_raw, 8);
+  const std::uint64_t n = load_le(len_raw, 8);
   if (n > f.size() - 8)
     fail(where, "path", path,
          "header length " + std::to_string(n) + " runs past the end of the file (" +
              std::to_string(f.size()) + " bytes)");
-  if (n > 100000000u)
+  if (n > safetensors_max_header_bytes)
     fail(where, "path", path, "header length " + std::to_string(n) + " exceeds 100 MB");
   if (n < 2)
     fail(where, "path", path,
          "header length " + std::to_string(n) + " is too short for a JSON object");
   std::string text(static_cast<std::size_t>(n), '\0');
   f.read(8, text.data(), text.size(), "the header");
-  if (!detail::valid_utf8(text)) fail(where, "path", path, "malformed header: not valid UTF-8");
+  if (!valid_utf8(text)) fail(where, "path", path, "malformed header: not valid UTF-8");
   if (text[0] != '{') fail(where, "path", path, "malformed header: must start with '{'");
-  const detail::json_value root =
-      detail::json_parser(text, [&](const std::string& what, std::size_t at) {
-        fail(where, "path", path,
-             "malformed header: " + what + " (at header byte " + std::to_string(at) + ")");
-      }).parse_document("unexpected characters after the JSON header");
+  json_parser p(text, [&](const std::string& what, std::size_t at) {
+    fail(where, "path", path,
+         "malformed header: " + what + " (at header byte " + std::to_string(at) + ")");
+  });
+  p.validate_document("unexpected characters after the JSON header");
 
-  if (root.k != detail::json_value::kind::object)
-    fail(where, "path", path, "malformed header: not a JSON object");
   safetensors_header h;
   h.data_start = 8 + n;
   const std::uint64_t buffer_size = f.size() - h.data_start;
-  for (std::size_t k = 0; k < root.keys.size(); ++k) {
-    const std::string& name = root.keys[k];
-    const detail::json_value& e = root.items[k];
-    const std::string label = "tensor \"" + name + "\"";
-    if (name == "__metadata__") {
-      if (e.k != detail::json_value::kind::object)
-        fail(where, "path", path, "__metadata__ must be an object of strings");
-      for (std::size_t m = 0; m < e.keys.size(); ++m) {
-        if (e.items[m].k != detail::json_value::kind::string)
-          fail(where, "path", path, "__metadata__ value of \"" + e.keys[m] + "\" must be a string");
-        h.metadata.emplace_back(e.keys[m], e.items[m].text);
-      }
-      continue;
-    }
-    if (e.k != detail::json_value::kind::object)
-      fail(where, "path", path, label + ": entry must be an object");
-    const detail::json_value* jd = nullptr;
-    const detail::json_value* js = nullptr;
-    const detail::json_value* jo = nullptr;
-    for (std::size_t m = 0; m < e.keys.size(); ++m) {
-      if (e.keys[m] == "dtype")
-        jd = &e.items[m];
-      else if (e.keys[m] == "shape")
-        js = &e.items[m];
-      else if (e.keys[m] == "data_offsets")
-        jo = &e.items[m];
+  p.seek(0);
+  std::string scratch;
+  if (p.enter_object()) do {
+      std::string name(p.read_key(scratch));
+      if (name == "__metadata__")
+        read_metadata(p, h.metadata, path);
       else
-        fail(where, "path", path, label + ": unexpected key \"" + e.keys[m] + "\"");
-    }
-    if (!jd) fail(where, "path", path, label + ": missing \"dtype\"");
-    if (!js) fail(where, "path", path, label + ": missing \"shape\"");
-    if (!jo) fail(where, "path", path, label + ": missing \"data_offsets\"");
-    safetensors_info info;
-    info.name = name;
-    if (jd->k != detail::json_value::kind::string)
-      fail(where, "path", path, label + ": dtype must be a string");
-    const std::string& d = jd->text;
-    if (d == "F16")
-      info.type = dtype::f16;
-    else if (d == "BF16")
-      info.type = dtype::bf16;
-    else if (d == "F32")
-      info.type = dtype::f32;
-    else if (d == "F64")
-      info.type = dtype::f64;
-    else if (d == "I32")
-      info.type = dtype::i32;
-    else if (d == "I64")
-      info.type = dtype::i64;
-    else if (d == "U8")
-      info.type = dtype::u8;
-    else if (d == "BOOL")
-      info.type = dtype::boolean;
-    else
-      fail(where, "path", path,
-           label + ": unsupported dtype \"" + d +
-               "\" (supported: F16 BF16 F32 F64 I32 I64 U8 BOOL)");
-    if (js->k != detail::json_value::kind::array)
-      fail(where, "path", path, label + ": shape must be an array");
-    if (js->items.size() > 64) fail(where, "path", path, label + ": shape has more than 64 axes");
-    for (std::size_t a = 0; a < js->items.size(); ++a)
-      info.shape.push_back(static_cast<Index>(
-          detail::json_uint(js->items[a], label + ": shape[" + std::to_string(a) + "]", path)));
-    const Index numel = detail::checked_numel(info.shape, dtype_size(info.type), where, path);
-    if (jo->k != detail::json_value::kind::array || jo->items.size() != 2)
-      fail(where, "path", path, label + ": data_offsets must be an array of two integers");
-    info.begin = detail::json_uint(jo->items[0], label + ": data_offsets[0]", path);
-    info.end = detail::json_uint(jo->items[1], label + ": data_offsets[1]", path);
-    if (info.begin > info.end)
-      fail(where, "path", path,
-           label + ": data_offsets [" + std::to_string(info.begin) + ", " +
-               std::to_string(info.end) + "] are reversed");
-    if (info.end > buffer_size)
-      fail(where, "path", path,
-           label + ": data_offsets end " + std::to_string(info.end) +
-               " is past the end of the data (" + std::to_string(buffer_size) +
-               " bytes): truncated file?");
-    const std::uint64_t need = static_cast<std::uint64_t>(numel) * dtype_size(info.type);
-    if (info.end - info.begin != need)
-      fail(where, "path", path,
-           label + ": data_offsets span " + std::to_string(info.end - info.begin) +
-               " bytes but shape and dtype " + d + " need " + std::to_string(need));
-    h.tensors.push_back(std::move(info));
-  }
+        h.tensors.push_back(read_entry(p, std::move(name), buffer_size, path));
+    } while (p.next_member());
+
   // The tensors must tile the buffer: sorted by offsets, each starting where the previous
   // one ended, the last ending at the end of the file.
   std::vector<const safetensors_info*> order;
+  order.reserve(h.tensors.size());
   for (const auto& t : h.tensors) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(),
                    [](const safetensors_info* a, const safetensors_info* b) {
@@ -302,62 +352,167 @@ inline safetensors_header read_safetensors_header(const std::string& path) {
   return h;
 }
 
+}  // namespace detail
+
+/// Reads and validates the header of a `.safetensors` file: the length prefix against the
+/// file size (and a 100 MB cap), UTF-8, the JSON (strict; duplicate keys are errors), every
+/// entry's keys (exactly dtype, shape, data_offsets), dtype, shape (at most 64 axes, the
+/// extent rule of tensor.hpp's checked_numel), offsets (begin <= end, end - begin =
+/// prod(shape) * dtype size), and that the tensors tile the byte buffer with no gap, overlap
+/// or trailing bytes. `__metadata__`, if present, must map strings to strings. Throws
+/// posenc::error naming the path and the defect (and the tensor, for an entry's defect).
+/// O(n log n) in the number of entries; to read several tensors, open a safetensors_file.
+inline safetensors_header read_safetensors_header(const std::string& path) {
+  detail::input_file f(path, "io::safetensors");
+  return detail::parse_safetensors_header(f, path);
+}
+
 /// Names of all tensors in a `.safetensors` file, in the order the header lists them
 /// (`__metadata__` excluded). Validates the whole header (see read_safetensors_header).
 inline std::vector<std::string> safetensors_names(const std::string& path) {
   std::vector<std::string> names;
-  for (const auto& t : read_safetensors_header(path).tensors) names.push_back(t.name);
+  safetensors_header h = read_safetensors_header(path);
+  names.reserve(h.tensors.size());
+  for (auto& t : h.tensors) names.push_back(std::move(t.name));
   return names;
 }
 
-namespace detail {
-
-/// The header entry of tensor `name`, or posenc::error "name = '...'" listing a few names.
-inline const safetensors_info& find_tensor(const safetensors_header& h, const std::string& path,
-                                           const std::string& name, const char* where) {
-  const auto it = std::find_if(h.tensors.begin(), h.tensors.end(),
-                               [&](const safetensors_info& t) { return t.name == name; });
-  if (it == h.tensors.end()) {
-    std::string have;
-    for (std::size_t k = 0; k < h.tensors.size() && k < 8; ++k)
-      have += (k ? ", " : "") + ("\"" + h.tensors[k].name + "\"");
-    if (h.tensors.size() > 8) have += ", ...";
-    posenc::detail::fail(where, "name", "'" + name + "'",
-                         "no such tensor in " + path + " (it has " +
-                             std::to_string(h.tensors.size()) +
-                             (h.tensors.empty() ? "" : ": " + have) + ")");
+/// An open `.safetensors` file whose header was read and validated once: tensors are looked
+/// up by name in O(log n) and read one at a time, each read touching only its own bytes.
+///
+///     io::safetensors_file f("model.safetensors");      // opens, validates the header
+///     for (const std::string& name : f.names())         // header order
+///       std::cout << name << " " << io::dtype_name(f.info(name).type) << "\n";
+///     io::matrix<float> wpe = f.read_matrix<float>("wpe.weight", 1024, 768);
+///     io::tensor<double> b = f.read<double>("h.0.attn.bias");
+///
+/// The header is validated exactly as read_safetensors_header does it, and the reads
+/// convert exactly as read_safetensors does (tensor.hpp); the errors are the same (header
+/// defects "io::safetensors", lookups and values "io::read_safetensors", matrix shapes
+/// "io::read_safetensors_matrix"). The free functions are this class used once.
+///
+/// The file stays open for the object's lifetime (movable, not copyable). Reads move the
+/// file position: use one object per thread; the const members may be shared.
+class safetensors_file {
+ public:
+  /// Opens `path` and reads and validates its header (O(n log n) in the number of tensors);
+  /// throws posenc::error for any defect, like read_safetensors_header.
+  explicit safetensors_file(const std::string& path)
+      : path_(path),
+        file_(path_, "io::safetensors"),
+        header_(detail::parse_safetensors_header(file_, path_)) {
+    file_.set_where("io::read_safetensors");
+    by_name_.resize(header_.tensors.size());
+    for (std::size_t k = 0; k < by_name_.size(); ++k) by_name_[k] = k;
+    std::sort(by_name_.begin(), by_name_.end(), [&](std::size_t a, std::size_t b) {
+      return header_.tensors[a].name < header_.tensors[b].name;
+    });
   }
-  return *it;
-}
 
-/// Reads the data of `info` into `dst` (info's element count), converting to Scalar.
-template <class Scalar>
-void read_tensor_data(const std::string& path, const safetensors_header& h,
-                      const safetensors_info& info, Index n, Scalar* dst) {
-  input_file f(path, "io::read_safetensors");
-  f.read_elements(
-      h.data_start + info.begin, info.type, n, dst,
-      std::string(safetensors_dtype_name(info.type)) + " (tensor \"" + info.name + "\")");
-}
+  /// The path the file was opened with.
+  const std::string& path() const noexcept { return path_; }
 
-}  // namespace detail
+  /// The validated header: tensors in header order, metadata, data_start.
+  const safetensors_header& header() const noexcept { return header_; }
+
+  /// Number of tensors (`__metadata__` excluded).
+  std::size_t size() const noexcept { return header_.tensors.size(); }
+
+  /// Names of all tensors in header order (`__metadata__` excluded).
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    out.reserve(header_.tensors.size());
+    for (const auto& t : header_.tensors) out.push_back(t.name);
+    return out;
+  }
+
+  /// True when the file has a tensor `name` (O(log n)).
+  bool contains(std::string_view name) const noexcept { return find(name) != nullptr; }
+
+  /// Tensor `name`'s dtype, shape and data offsets (relative to header().data_start), in
+  /// O(log n); posenc::error "io::read_safetensors: name = '<name>': no such tensor in
+  /// <path> (it has N: "a", "b", ...)" when there is none.
+  const safetensors_info& info(std::string_view name) const {
+    const safetensors_info* t = find(name);
+    if (t == nullptr) {
+      std::string have;
+      for (std::size_t k = 0; k < header_.tensors.size() && k < 8; ++k)
+        have += (k ? ", " : "") + ("\"" + header_.tensors[k].name + "\"");
+      if (header_.tensors.size() > 8) have += ", ...";
+      posenc::detail::fail("io::read_safetensors", "name", "'" + std::string(name) + "'",
+                           "no such tensor in " + path_ + " (it has " +
+                               std::to_string(header_.tensors.size()) +
+                               (header_.tensors.empty() ? "" : ": " + have) + ")");
+    }
+    return *t;
+  }
+
+  /// Tensor `name` converted to Scalar (float, double, std::int64_t, std::int32_t or
+  /// std::uint8_t) by the rules of tensor.hpp; reads only that tensor's bytes.
+  template <class Scalar>
+  tensor<Scalar> read(std::string_view name) {
+    static_assert(is_io_scalar_v<Scalar>,
+                  "posenc::io::safetensors_file::read: Scalar must be float, double, int64_t, "
+                  "int32_t or uint8_t");
+    const safetensors_info& t = info(name);
+    tensor<Scalar> out;
+    out.shape = t.shape;
+    out.data.resize(static_cast<std::size_t>(out.size()));
+    read_data(t, out.size(), out.data.data());
+    return out;
+  }
+
+  /// Tensor `name` as a row-major matrix: rank 2 `[rows, cols]`, rank 1 `[n]` as `[1, n]`.
+  /// When `expected_rows` / `expected_cols` are >= 0 they must match, else posenc::error
+  /// naming "rows" / "cols"; other ranks are an error naming "rank".
+  template <class Scalar>
+  matrix<Scalar> read_matrix(std::string_view name, Index expected_rows = -1,
+                             Index expected_cols = -1) {
+    static_assert(is_io_scalar_v<Scalar>,
+                  "posenc::io::safetensors_file::read_matrix: Scalar must be float, double, "
+                  "int64_t, int32_t or uint8_t");
+    const safetensors_info& t = info(name);
+    const auto [rows, cols] =
+        detail::matrix_extents(t.shape, expected_rows, expected_cols, "io::read_safetensors_matrix",
+                               " (tensor \"" + t.name + "\" in " + path_ + ")");
+    matrix<Scalar> m(rows, cols);
+    read_data(t, m.size(), m.data());
+    return m;
+  }
+
+ private:
+  const safetensors_info* find(std::string_view name) const noexcept {
+    const auto it = std::lower_bound(
+        by_name_.begin(), by_name_.end(), name,
+        [&](std::size_t k, std::string_view n) { return header_.tensors[k].name < n; });
+    if (it == by_name_.end() || header_.tensors[*it].name != name) return nullptr;
+    return &header_.tensors[*it];
+  }
+
+  template <class Scalar>
+  void read_data(const safetensors_info& t, Index n, Scalar* dst) {
+    file_.read_elements(
+        header_.data_start + t.begin, t.type, n, dst,
+        std::string(detail::safetensors_dtype_name(t.type)) + " (tensor \"" + t.name + "\")");
+  }
+
+  std::string path_;
+  detail::input_file file_;
+  safetensors_header header_;
+  std::vector<std::size_t> by_name_;  ///< indices into header_.tensors, sorted by name
+};
 
 /// Reads the tensor `name` from a `.safetensors` file, converted to Scalar (float, double,
 /// std::int64_t, std::int32_t or std::uint8_t) by the rules of tensor.hpp: F16/BF16/F32/F64
 /// to float/double by value; integers only when exact. Only that tensor's bytes are read.
 /// Throws posenc::error for a missing name ("name = '...'") or any defect of the file.
+/// Each call reads the whole header: for several tensors of one file, use safetensors_file.
 template <class Scalar>
 tensor<Scalar> read_safetensors(const std::string& path, const std::string& name) {
   static_assert(
       is_io_scalar_v<Scalar>,
       "posenc::io::read_safetensors: Scalar must be float, double, int64_t, int32_t or uint8_t");
-  const safetensors_header h = read_safetensors_header(path);
-  const safetensors_info& info = detail::find_tensor(h, path, name, "io::read_safetensors");
-  tensor<Scalar> t;
-  t.shape = info.shape;
-  t.data.resize(static_cast<std::size_t>(t.size()));
-  detail::read_tensor_data(path, h, info, t.size(), t.data.data());
-  return t;
+  return safetensors_file(path).read<Scalar>(name);
 }
 
 /// Reads tensor `name` as a row-major matrix: rank 2 `[rows, cols]`, rank 1 `[n]` as `[1, n]`.
@@ -369,14 +524,7 @@ matrix<Scalar> read_safetensors_matrix(const std::string& path, const std::strin
   static_assert(is_io_scalar_v<Scalar>,
                 "posenc::io::read_safetensors_matrix: Scalar must be float, double, int64_t, "
                 "int32_t or uint8_t");
-  const safetensors_header h = read_safetensors_header(path);
-  const safetensors_info& info = detail::find_tensor(h, path, name, "io::read_safetensors");
-  const auto [rows, cols] = detail::matrix_extents(info.shape, expected_rows, expected_cols,
-                                                   "io::read_safetensors_matrix",
-                                                   " (tensor \"" + name + "\" in " + path + ")");
-  matrix<Scalar> m(rows, cols);
-  detail::read_tensor_data(path, h, info, m.size(), m.data());
-  return m;
+  return safetensors_file(path).read_matrix<Scalar>(name, expected_rows, expected_cols);
 }
 
 /// One named tensor to write, already encoded to its file dtype.
@@ -431,8 +579,9 @@ class safetensors_entry {
 /// Writes a `.safetensors` file: the entries in the given order (contiguous, little-endian),
 /// an optional `__metadata__` of string pairs, the JSON header space-padded to a multiple of
 /// 8 bytes. Names must be unique, non-empty, valid UTF-8 and not "__metadata__"; metadata
-/// keys and values must be valid UTF-8. Throws posenc::error otherwise or when the file
-/// cannot be written.
+/// keys and values must be valid UTF-8; the header must fit the readers' 100 MB
+/// (safetensors_max_header_bytes). Throws posenc::error otherwise or when the file cannot
+/// be written. O(n log n) in the number of entries.
 inline void write_safetensors(const std::string& path,
                               const std::vector<safetensors_entry>& entries,
                               const std::map<std::string, std::string>& metadata = {}) {
@@ -453,15 +602,14 @@ inline void write_safetensors(const std::string& path,
     first = false;
   }
   std::uint64_t offset = 0;
-  for (std::size_t k = 0; k < entries.size(); ++k) {
-    const safetensors_entry& e = entries[k];
+  std::set<std::string_view> names;  // O(n log n) for n entries
+  for (const safetensors_entry& e : entries) {
     if (e.name().empty()) fail(where, "name", "''", "tensor names must not be empty");
     if (e.name() == "__metadata__")
       fail(where, "name", "'__metadata__'", "is reserved for the metadata");
     if (!detail::valid_utf8(e.name()))
       fail(where, "name", "'" + e.name() + "'", "must be valid UTF-8");
-    for (std::size_t j = 0; j < k; ++j)
-      if (entries[j].name() == e.name()) fail(where, "name", "'" + e.name() + "'", "appears twice");
+    if (!names.insert(e.name()).second) fail(where, "name", "'" + e.name() + "'", "appears twice");
     if (!first) json += ",";
     first = false;
     json += detail::json_quote(e.name()) + ":{\"dtype\":\"" +
@@ -474,6 +622,10 @@ inline void write_safetensors(const std::string& path,
   }
   json += "}";
   json.append((8 - json.size() % 8) % 8, ' ');
+  if (json.size() > safetensors_max_header_bytes)
+    fail(where, "path", path,
+         "the header would be " + std::to_string(json.size()) +
+             " bytes, over the 100 MB the readers accept (io::safetensors_max_header_bytes)");
   std::vector<unsigned char> bytes(8);
   detail::store_le(bytes.data(), json.size(), 8);
   bytes.insert(bytes.end(), json.begin(), json.end());

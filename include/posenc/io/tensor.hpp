@@ -19,12 +19,12 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -35,6 +35,18 @@
 
 namespace posenc {
 namespace io {
+
+/// Limits of the file readers, checked before anything is allocated from the sizes a file
+/// declares (docs/file-formats.md, "Limits"). Beyond them every size is bounded by the
+/// file: tensor data is allocated only once its byte count matches what the file holds.
+///
+///     max_rank                        64 axes per tensor (.npy and .safetensors)
+///     npy_max_header_bytes            2^24 bytes (16 MiB) of .npy header dict
+///     safetensors_max_header_bytes    10^8 bytes (100 MB) of safetensors JSON header
+///     JSON nesting                    64 levels (json_parser::max_depth)
+inline constexpr std::size_t max_rank = 64;
+inline constexpr std::uint64_t npy_max_header_bytes = std::uint64_t{1} << 24;
+inline constexpr std::uint64_t safetensors_max_header_bytes = 100000000;
 
 /// A row-major dynamic matrix: one token per row, the layout every posenc table uses.
 template <class Scalar>
@@ -533,25 +545,67 @@ bool encode_element(dtype t, Scalar v, unsigned char* p) noexcept {
   }
 }
 
-/// Product of `shape` checked for negative extents and for overflow of
-/// `product * item_size` bytes; throws posenc::error "<where>: <param> = <path>: ..." naming
-/// the axis.
+/// The number of elements of `shape` under the one extent rule of every reader and writer
+/// (docs/file-formats.md): each extent is >= 0, and the product of the non-zero extents
+/// times `item_size` bytes fits in Index, whatever the order of the axes. A zero extent
+/// does not excuse the others: `(0, 2^62, 2^62)` is refused exactly like `(2^62, 2^62, 0)`,
+/// and `(2^63 - 1, 0)` is accepted for one-byte items exactly like `(0, 2^63 - 1)`. The
+/// result (0 when an extent is 0) times `item_size` then fits Index and std::size_t.
+/// Throws posenc::error "<where>: <param> = <value>: <context>shape[a] = e is negative" or
+/// "...: <context>shape product overflows at axis a (extent e)", `a` being the axis at
+/// which the product of the non-zero extents passes the limit.
 inline Index checked_numel(const std::vector<Index>& shape, std::size_t item_size,
-                           const char* where, const std::string& path, const char* param = "path") {
+                           const char* where, const std::string& value, const char* param = "path",
+                           const std::string& context = "") {
   const Index limit = std::numeric_limits<Index>::max() / static_cast<Index>(item_size);
-  Index n = 1;
+  Index nonzero = 1;
+  bool empty = false;
   for (std::size_t a = 0; a < shape.size(); ++a) {
     const Index e = shape[a];
     if (e < 0)
-      fail(where, param, path,
-           "shape[" + std::to_string(a) + "] = " + std::to_string(e) + " is negative");
-    if (e != 0 && n > limit / e)
-      fail(where, param, path,
-           "shape product overflows at axis " + std::to_string(a) + " (extent " +
+      fail(where, param, value,
+           context + "shape[" + std::to_string(a) + "] = " + std::to_string(e) + " is negative");
+    if (e == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > limit / e)
+      fail(where, param, value,
+           context + "shape product overflows at axis " + std::to_string(a) + " (extent " +
                std::to_string(e) + ")");
-    n *= e;
+    nonzero *= e;
   }
-  return n;
+  return empty ? 0 : nonzero;
+}
+
+/// The shortest decimal text that reads back as `v` in its own type (std::to_chars):
+/// `0.1`, `1e-300`, `1e+300`, `70000`, `inf`, `-nan`. What the error messages show, so a
+/// value is never rounded away (std::to_string shows 1e-300 as 0.000000).
+template <class Float>
+std::string shortest_text(Float v) {
+  static_assert(std::is_floating_point_v<Float>, "shortest_text: a float or double");
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+/// A value of Scalar as the error messages show it: shortest round-trip text for float and
+/// double, decimal for integers.
+template <class Scalar>
+std::string value_text(Scalar v) {
+  if constexpr (std::is_floating_point_v<Scalar>)
+    return shortest_text(v);
+  else
+    return std::to_string(+v);
+}
+
+/// Element of a little-endian buffer of dtype `t`, as the error messages show it: a float
+/// dtype in its own precision (f16, bf16 and f32 as float, f64 as double), integers in
+/// decimal.
+inline std::string element_text(dtype t, const unsigned char* p) {
+  if (t == dtype::f64) return shortest_text(load_f64(p));
+  if (dtype_is_float(t)) return shortest_text(static_cast<float>(load_float(t, p)));
+  return std::to_string(load_int(t, p));
 }
 
 /// [rows, cols] of a tensor read as a matrix: rank 2 as it is, rank 1 `[n]` as `[1, n]`;
@@ -585,6 +639,9 @@ class input_file {
 
   std::uint64_t size() const noexcept { return size_; }
 
+  /// The function name later errors start with (the constructor's `where` until then).
+  void set_where(const char* where) noexcept { where_ = where; }
+
   /// Reads exactly `n` bytes at `offset`; `what` names the part for the error message.
   void read(std::uint64_t offset, void* dst, std::size_t n, const char* what) {
     if (offset > size_ || n > size_ - offset)
@@ -599,8 +656,9 @@ class input_file {
       fail(where_, "path", path_, std::string("read error in ") + what);
   }
 
-  /// Reads `n` elements of dtype `t` at `offset` and converts them to Scalar in chunks
-  /// (bounded extra memory); a value that does not convert is an error naming its index.
+  /// Reads `n` elements of dtype `t` at `offset` and converts them to Scalar in chunks of
+  /// at most 1 MiB (the only buffer); a value that does not convert is an error naming its
+  /// index and its value (element_text).
   template <class Scalar>
   void read_elements(std::uint64_t offset, dtype t, Index n, Scalar* dst,
                      const std::string& dtype_label) {
@@ -612,14 +670,11 @@ class input_file {
       const std::size_t bytes = static_cast<std::size_t>(m) * w;
       read(offset + static_cast<std::uint64_t>(i0) * w, buf.data(), bytes, "the tensor data");
       const Index bad = decode_elements(t, buf.data(), m, dst + i0);
-      if (bad >= 0) {
-        const std::size_t at = static_cast<std::size_t>(bad) * w;
-        const std::string value = dtype_is_float(t) ? std::to_string(load_float(t, buf.data() + at))
-                                                    : std::to_string(load_int(t, buf.data() + at));
+      if (bad >= 0)
         fail(where_, "path", path_,
-             "dtype " + dtype_label + ": element " + std::to_string(i0 + bad) + " (" + value +
+             "dtype " + dtype_label + ": element " + std::to_string(i0 + bad) + " (" +
+                 element_text(t, buf.data() + static_cast<std::size_t>(bad) * w) +
                  ") does not convert exactly to the requested " + dtype_name(dtype_of<Scalar>()));
-      }
     }
   }
 
@@ -654,12 +709,10 @@ void append_elements(std::vector<unsigned char>& bytes, const Scalar* data, Inde
     return;
   }
   for (Index i = 0; i < n; ++i) {
-    if (!encode_element(t, data[i], bytes.data() + start + static_cast<std::size_t>(i) * w)) {
-      std::ostringstream os;
-      os.precision(17);
-      os << "element " << i << " (" << +data[i] << ") does not convert to dtype " << dtype_name(t);
-      fail(where, param, value, os.str());
-    }
+    if (!encode_element(t, data[i], bytes.data() + start + static_cast<std::size_t>(i) * w))
+      fail(where, param, value,
+           "element " + std::to_string(i) + " (" + value_text(data[i]) +
+               ") does not convert to dtype " + dtype_name(t));
   }
 }
 
