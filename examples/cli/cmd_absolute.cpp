@@ -1,21 +1,18 @@
 // `posenc sinusoidal` and `posenc learned`: absolute-encoding tables as .npy files.
 
+#include <algorithm>
 #include <cstdint>
 #include <iostream>
-#include <limits>
+#include <posenc/core/random.hpp>
 #include <posenc/encoding/learned.hpp>
 #include <posenc/encoding/sinusoidal.hpp>
-#include <posenc/io/npy.hpp>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
 
 namespace posenc_cli {
 namespace {
-
-// Refuse tables whose element count would overflow or need gigabytes (2^28 doubles is
-// 2 GiB), like the other subcommands.
-constexpr long long max_elements = 1LL << 28;
 
 long long positive(const args& a, const std::string& name) {
   const long long v = a.integer(name);
@@ -32,7 +29,7 @@ struct table_shape {
 table_shape read_shape(const args& a) {
   const long long dim = positive(a, "--dim");
   const long long len = positive(a, "--len");
-  if (len > max_elements / dim)
+  if (dim > max_elements || len > max_elements / dim)
     throw usage_error("table too large: --len " + std::to_string(len) + " x --dim " +
                       std::to_string(dim) + " exceeds 2^28 elements");
   return {len, dim};
@@ -42,21 +39,52 @@ table_shape read_shape(const args& a) {
 const flag dtype_flag{"--dtype", "f32|f64", "element type of the file (default f32)", false};
 const flag out_flag{"--out", "FILE.npy", "output file", true};
 
+// Rows per chunk of a streamed table: about 1 MiB, at least one row.
+template <class Scalar>
+long long chunk_rows(long long dim) {
+  return std::max(1LL, static_cast<long long>((std::size_t{1} << 20) / sizeof(Scalar)) / dim);
+}
+
+// The table goes out a chunk of rows at a time through one buffer (table_into(rows, p)
+// gives exactly those rows of the full table), so memory stays at one chunk whatever --len.
 template <class Scalar>
 int write_sinusoidal(const posenc::sinusoidal_config& cfg, long long len, long long offset,
                      const std::string& out) {
   const posenc::sinusoidal<Scalar> enc(cfg);
-  posenc::io::write_npy(out, enc.table(len, offset));
+  output_files files;
+  npy_output& file = files.npy<Scalar>("--out", out, {len, cfg.dim});
+  const long long step = std::min(len, chunk_rows<Scalar>(cfg.dim));
+  std::vector<Scalar> chunk(static_cast<std::size_t>(step * cfg.dim));
+  for (long long r0 = 0; r0 < len; r0 += step) {
+    const long long n = std::min(step, len - r0);
+    enc.table_into(Eigen::Map<posenc::row_matrix<Scalar>>(chunk.data(), n, cfg.dim), offset + r0);
+    file.write(chunk.data(), static_cast<std::size_t>(n * cfg.dim));
+  }
+  files.commit();
   std::cout << "wrote " << out << ": [" << len << ", " << cfg.dim << "] " << dtype_name<Scalar>()
             << ", " << posenc::to_string(cfg.preset) << ", positions " << offset << ".."
             << offset + len - 1 << "\n";
   return 0;
 }
 
+// The table learned_table<Scalar>(len, dim, seed) holds, generated and written 1 MiB at a
+// time rather than built whole (with its gradient buffer, 3x the file): element k = r*dim + c
+// is stddev * z_k rounded to Scalar, z_k the generator's k-th normal() (learned.hpp).
 template <class Scalar>
 int write_learned(long long len, long long dim, std::uint64_t seed, const std::string& out) {
-  const posenc::learned_table<Scalar> t(len, dim, seed);
-  t.save_npy(out);
+  output_files files;
+  npy_output& file = files.npy<Scalar>("--out", out, {len, dim});
+  posenc::random_generator gen(seed);
+  const double stddev = posenc::learned_table<Scalar>::default_stddev;
+  std::vector<Scalar> chunk(std::min<std::size_t>(static_cast<std::size_t>(len * dim),
+                                                  (std::size_t{1} << 20) / sizeof(Scalar)));
+  for (long long k0 = 0; k0 < len * dim; k0 += static_cast<long long>(chunk.size())) {
+    const auto n =
+        static_cast<std::size_t>(std::min(len * dim - k0, static_cast<long long>(chunk.size())));
+    for (std::size_t i = 0; i < n; ++i) chunk[i] = static_cast<Scalar>(stddev * gen.normal());
+    file.write(chunk.data(), n);
+  }
+  files.commit();
   std::cout << "wrote " << out << ": [" << len << ", " << dim << "] " << dtype_name<Scalar>()
             << ", N(0, 0.02), seed " << seed << "\n";
   return 0;

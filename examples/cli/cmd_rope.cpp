@@ -49,19 +49,48 @@ void reject_unused_scaling_flags(const args& a, posenc::rope_scaling_type s) {
       throw usage_error(std::string(u.flag) + " is not used by --scaling " + posenc::to_string(s));
 }
 
-/// The rope_config the flags describe (the library validates it when used).
+/// The flags a --scaling cannot do without (the library's rope_config_from_hf requires the
+/// same keys): a missing one is a usage error naming it, never a silent default (a
+/// `--scaling linear` without --factor used to rotate as unscaled, factor 1). LongRoPE's
+/// --factor stays optional: it only sets the default attention factor (1 without it).
+void require_scaling_flags(const args& a, posenc::rope_scaling_type s) {
+  using t = posenc::rope_scaling_type;
+  struct need {
+    const char* flag;
+    bool needed;
+  };
+  const need needs[] = {
+      {"--factor",
+       s == t::linear || s == t::ntk || s == t::dynamic || s == t::yarn || s == t::llama3},
+      {"--original-max", s == t::dynamic || s == t::yarn || s == t::llama3 || s == t::longrope},
+      {"--short-factor", s == t::longrope},
+      {"--long-factor", s == t::longrope},
+  };
+  for (const need& n : needs)
+    if (n.needed && !a.has(n.flag))
+      throw usage_error(std::string("missing ") + n.flag + ": required by --scaling " +
+                        posenc::to_string(s));
+}
+
+/// The rope_config the flags describe (the library validates the values when used).
 posenc::rope_config config_from(const args& a) {
   posenc::rope_config c;
   c.head_dim = positive(a, "--head-dim");
-  if (a.has("--rotary-dim")) c.rotary_dim = positive(a, "--rotary-dim");
+  if (a.has("--rotary-dim")) {
+    c.rotary_dim = positive(a, "--rotary-dim");
+    if (c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim)
+      throw usage_error("invalid value for --rotary-dim: " + std::to_string(c.rotary_dim) +
+                        " (must be even and <= --head-dim " + std::to_string(c.head_dim) + ")");
+  }
   c.base = a.real_or("--base", 10000.0);
   c.pairing = posenc::parse_rope_pairing(a.choice("--pairing", {"half", "interleaved"}, "half"));
   c.scaling = posenc::parse_rope_scaling_type(
       a.choice("--scaling",
                {"none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "xpos"}, "none"));
   reject_unused_scaling_flags(a, c.scaling);
+  require_scaling_flags(a, c.scaling);
   c.factor = a.real_or("--factor", 1.0);
-  c.original_max_positions = a.integer_or("--original-max", 0);
+  if (a.has("--original-max")) c.original_max_positions = positive(a, "--original-max");
   c.beta_fast = a.real_or("--beta-fast", c.beta_fast);
   c.beta_slow = a.real_or("--beta-slow", c.beta_slow);
   if (a.has("--mscale")) c.mscale = a.real("--mscale");
@@ -109,15 +138,21 @@ int rotate_file(const args& a, const posenc::rope_config& cfg) {
   opt.cache = posenc::rope_cache_mode::on_the_fly;
   if (a.has("--float32-reference")) opt.precision = posenc::rope_precision::float32_reference;
   posenc::rotary_embedding<Scalar> rope(cfg, seq_len, opt);
+  const auto& f = rope.frequencies();
+
+  // Both files or neither: each is written to a temporary and renamed only when both are.
+  output_files files;
+  npy_output& rotated =
+      files.npy<Scalar>("--out", out, std::vector<long long>(x.shape.begin(), x.shape.end()));
+  npy_output* inv_freq = nullptr;
+  if (a.has("--inv-freq-out"))
+    inv_freq = &files.npy<double>("--inv-freq-out", a.str("--inv-freq-out"),
+                                  {static_cast<long long>(f.inv_freq.size())});
   const auto role = a.has("--key") ? posenc::rope_role::key : posenc::rope_role::query;
   rope.apply(posenc::view_shd(x.data.data(), len, heads, width), offset, role);
-  posenc::io::write_npy(out, x);
-
-  const auto& f = rope.frequencies();
-  if (a.has("--inv-freq-out")) {
-    const std::string path = a.str("--inv-freq-out");
-    posenc::io::write_npy(path, f.inv_freq.data(), {static_cast<posenc::Index>(f.inv_freq.size())});
-  }
+  rotated.write(x.data.data(), x.data.size());
+  if (inv_freq) inv_freq->write(f.inv_freq.data(), f.inv_freq.size());
+  files.commit();
   std::cout << "wrote " << out << ": [" << len;
   if (x.shape.size() == 3) std::cout << ", " << heads;
   std::cout << ", " << width << "] " << dtype_name<Scalar>() << ", "

@@ -5,11 +5,16 @@ unknown flags and bad values exit non-zero with exactly one line on stderr and n
 
 Usage:  test_cli_absolute.py PATH/TO/posenc
 """
+import io
 import os
+import stat
 import sys
 import tempfile
 
-from cli_testlib import expect, expect_one_line_error, np, remove, run
+import signal
+
+from cli_testlib import (expect, expect_nothing_left, expect_one_line_error, np, remove, run,
+                         run_measured, temporaries)
 import cli_testlib
 import absolute as ref  # noqa: E402  (tests/reference, put on sys.path by cli_testlib)
 
@@ -27,6 +32,90 @@ def table(cli, tmp, *argv):
 def close(got, want, tol, what):
     ok = got is not None and got.shape == want.shape and np.max(np.abs(got - want)) <= tol
     expect(ok, f"{what}: values differ (shape {None if got is None else got.shape} vs {want.shape})")
+
+
+def check_all_or_nothing(cli, tmp):
+    """Issue 25: a table goes to a temporary beside its destination and is renamed into
+    place only when complete. A write that fails half-way (a file-size limit stands in for
+    a full disk: EFBIG, or SIGXFSZ when not ignored) leaves no partial table, no temporary,
+    and an existing destination as it was; a successful one replaces it."""
+    kept = os.path.join(tmp, "kept.npy")
+    new = os.path.join(tmp, "new.npy")
+    old = b"an existing file that a failed command must not clobber"
+    for ignore in (True, False):
+        how = "EFBIG" if ignore else "SIGXFSZ"
+        for sub, extra in (("learned", ["--seed", "3"]), ("sinusoidal", [])):
+            for dest in (kept, new):
+                remove(new)
+                with open(kept, "wb") as f:
+                    f.write(old)
+                argv = [sub, "--dim", 256, "--len", 1024, *extra, "--out", dest]
+                rc, so, se, _ = run_measured(cli, *argv, file_size_limit=1 << 16,
+                                             ignore_sigxfsz=ignore)
+                what = f"{sub} into {os.path.basename(dest)} past a 64 KiB file-size limit ({how})"
+                if ignore:
+                    expect_one_line_error([what], rc, se, needle="--out")
+                else:
+                    expect(rc == -signal.SIGXFSZ, f"{what}: exit status {rc}")
+                expect_nothing_left(what, tmp, new_files=[new], kept={kept: old})
+    # success replaces the existing file, and leaves no temporary
+    rc, so, se = run(cli, "learned", "--dim", 5, "--len", 3, "--seed", 9, "--dtype", "f64",
+                     "--out", kept)
+    got = np.load(kept) if rc == 0 else None
+    expect(got is not None and np.array_equal(got, ref.learned_init(3, 5, 9)),
+           "learned replaces an existing --out file")
+    expect(not temporaries(tmp), f"temporaries left after success: {temporaries(tmp)}")
+    remove(kept, new)
+    # a destination that is no regular file (a named pipe here; /dev/null, /dev/stdout) is
+    # written in place, never replaced by a renamed temporary
+    fifo = os.path.join(tmp, "pipe.npy")
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # a reader, so that the CLI's open returns
+    try:
+        rc, so, se = run(cli, "sinusoidal", "--dim", 4, "--len", 2, "--out", fifo, timeout=20)
+        data = b""
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+        except BlockingIOError:
+            pass
+    finally:
+        os.close(fd)
+    expect(rc == 0 and stat.S_ISFIFO(os.stat(fifo).st_mode), "--out a named pipe stays a pipe")
+    got = np.load(io.BytesIO(data)) if data else None
+    close(got, ref.vaswani(range(2), 4), 1e-7, "--out a named pipe: the table comes through")
+    expect(not temporaries(tmp), "--out a named pipe: temporaries left")
+    remove(fifo)
+
+
+def check_bounded_memory(cli, tmp):
+    """Issue 25: tables are generated and written a chunk of rows at a time, so the peak
+    memory of a 128 MiB table stays far below the table. It used to be 3x the table (the
+    table, learned_table's gradient buffer, and the file's bytes: 3.1 GB for `learned --dim
+    16384 --len 16384`)."""
+    out = os.path.join(tmp, "big.npy")
+    for sub, extra in (("learned", ["--seed", "11"]), ("sinusoidal", [])):
+        rc, so, se, peak = run_measured(cli, sub, "--dim", 8192, "--len", 4096, *extra,
+                                        "--out", out)
+        print(f"{sub} --dim 8192 --len 4096 (128 MiB float32): peak RSS {peak:.1f} MiB")
+        expect(rc == 0, f"{sub} 128 MiB: rc {rc}, stderr {se!r}")
+        expect(peak < 64, f"{sub} 128 MiB table: peak RSS {peak:.0f} MiB (want < 64 MiB)")
+        if rc != 0:
+            continue
+        t = np.load(out, mmap_mode="r")
+        expect(t.shape == (4096, 8192) and t.dtype == np.float32, f"{sub} 128 MiB: shape {t.shape}")
+        if sub == "learned":  # the first two rows, bit for bit (the generator's sequence)
+            expect(np.array_equal(t[:2], ref.learned_init(2, 8192, 11).astype(np.float32)),
+                   "learned 128 MiB: first rows")
+        else:  # rows from the first and the last chunk
+            for r in (0, 1, 4094, 4095):
+                close(np.asarray(t[r:r + 1]), ref.vaswani([r], 8192).astype(np.float32), 2e-6,
+                      f"sinusoidal 128 MiB: row {r}")
+        del t
+        remove(out)
 
 
 def main():
@@ -120,6 +209,12 @@ def main():
                 os.path.join(tmp, "no_such_dir", "x.npy")]
         rc, so, se = run(cli, *argv)
         expect_one_line_error(["unwritable --out", *argv], rc, se)
+        argv = ["sinusoidal", "--dim", "6", "--len", "4", "--out", tmp]
+        rc, so, se = run(cli, *argv)
+        expect_one_line_error(["--out is a folder", *argv], rc, se, needle="--out")
+
+        check_all_or_nothing(cli, tmp)
+        check_bounded_memory(cli, tmp)
 
     return cli_testlib.finish("test_cli_absolute")
 

@@ -11,7 +11,8 @@ import os
 import sys
 import tempfile
 
-from cli_testlib import expect, expect_one_line_error, np, remove, run
+from cli_testlib import (expect, expect_nothing_left, expect_one_line_error, np, remove, run,
+                         run_measured, temporaries)
 import cli_testlib
 import attention as ref  # noqa: E402  (tests/reference, put on sys.path by cli_testlib)
 
@@ -38,6 +39,82 @@ def rope_half(x, positions, base):
     c, s = np.cos(ang), np.sin(ang)
     a, b = x[:, : d // 2], x[:, d // 2:]
     return np.concatenate([a * c - b * s, b * c + a * s], axis=1)
+
+
+def check_all_or_nothing(cli, tmp, io, rng):
+    """Issue 25: --out and --weights-out are both written or neither. Each goes to a
+    temporary beside its destination, renamed only when both are complete: an unwritable
+    --weights-out used to leave --out behind (exit 1 with a new file)."""
+    out, kept = os.path.join(tmp, "new_out.npy"), os.path.join(tmp, "kept.npy")
+    old = b"an existing file that a failed command must not clobber"
+    # [200, 8] queries against [2000, 8] keys: --out is 12.8 KB, --weights-out 3.2 MB
+    big = {n: os.path.join(tmp, n + "_big.npy") for n in ("q", "k", "v")}
+    np.save(big["q"], rng.standard_normal((200, 8)))
+    np.save(big["k"], rng.standard_normal((2000, 8)))
+    np.save(big["v"], rng.standard_normal((2000, 8)))
+    big_io = ["--q", big["q"], "--k", big["k"], "--v", big["v"]]
+    weights = os.path.join(tmp, "w_new.npy")
+    for dest in (out, kept):
+        remove(out, weights)
+        with open(kept, "wb") as f:
+            f.write(old)
+        name = os.path.basename(dest)
+        what = f"attention --out {name} --weights-out in a missing folder"
+        rc, so, se = run(cli, "attention", *io, "--out", dest, "--weights-out",
+                         os.path.join(tmp, "no_such_dir", "w.npy"))
+        expect_one_line_error([what], rc, se, needle="--weights-out")
+        expect_nothing_left(what, tmp, new_files=[out], kept={kept: old})
+        what = f"attention --out {name} --weights-out into a folder"
+        rc, so, se = run(cli, "attention", *io, "--out", dest, "--weights-out", tmp)
+        expect_one_line_error([what], rc, se, needle="--weights-out")
+        expect_nothing_left(what, tmp, new_files=[out], kept={kept: old})
+        # --out complete, --weights-out failing half-way (a 64 KiB file-size limit: EFBIG)
+        what = f"attention --out {name} with --weights-out past a file-size limit"
+        rc, so, se, _ = run_measured(cli, "attention", *big_io, "--out", dest, "--weights-out",
+                                     weights, file_size_limit=1 << 16, ignore_sigxfsz=True)
+        expect_one_line_error([what], rc, se, needle="--weights-out")
+        expect_nothing_left(what, tmp, new_files=[out, weights], kept={kept: old})
+    rc, so, se = run(cli, "attention", *io, "--out", kept, "--weights-out", kept)
+    expect_one_line_error(["--out and --weights-out the same file"], rc, se,
+                          needle="--out and --weights-out name the same file")
+    expect_nothing_left("--out and --weights-out the same file", tmp, kept={kept: old})
+    # the bias commands write through the same helper
+    for argv in (["bias", "alibi", "--heads", "4", "--len-q", "64", "--len-k", "1024"],
+                 ["bias", "t5", "--len-q", "64", "--len-k", "1024"]):
+        what = f"{argv[:2]} past a file-size limit"
+        rc, so, se, _ = run_measured(cli, *argv, "--out", kept, file_size_limit=1 << 16,
+                                     ignore_sigxfsz=True)
+        expect_one_line_error([what], rc, se, needle="--out")
+        expect_nothing_left(what, tmp, kept={kept: old})
+        rc, so, se = run(cli, *argv, "--out", kept)
+        expect(rc == 0 and np.load(kept).shape[-2:] == (64, 1024), f"{argv[:2]} replaces a file")
+        expect(not temporaries(tmp), f"{argv[:2]}: temporaries left after success")
+        with open(kept, "wb") as f:
+            f.write(old)
+    remove(kept, *big.values())
+
+
+def check_bounded_memory(cli, tmp):
+    """Issue 25: the biases are computed and written 1 MiB at a time, so a 128 MiB output
+    needs far less than 128 MiB (it used to need 2-3x the output)."""
+    out = os.path.join(tmp, "big.npy")
+    for argv in (["bias", "alibi", "--heads", "1", "--len-q", "4096", "--len-k", "4096"],
+                 ["bias", "t5", "--len-q", "4096", "--len-k", "4096"]):
+        rc, so, se, peak = run_measured(cli, *argv, "--out", out)
+        print(f"{' '.join(argv)} (128 MiB): peak RSS {peak:.1f} MiB")
+        expect(rc == 0, f"{argv}: rc {rc}, stderr {se!r}")
+        expect(peak < 64, f"{argv[:2]} 128 MiB: peak RSS {peak:.0f} MiB (want < 64 MiB)")
+        if rc == 0:
+            b = np.load(out, mmap_mode="r")
+            if argv[1] == "alibi":
+                want = ref.alibi_bias(ref.alibi_slopes(1)[0], 2, 4096, 4094, False)
+                close(np.asarray(b[0, 4094:]), want, 1e-12, "bias alibi 128 MiB: last rows")
+            else:
+                want = np.array([[ref.t5_bucket(j - i, 32, 128, True) for j in range(4096)]
+                                 for i in (0, 4095)])
+                expect(np.array_equal(b[[0, 4095]], want), "bias t5 128 MiB: first and last rows")
+            del b
+        remove(out)
 
 
 def main():
@@ -145,6 +222,42 @@ def main():
             rc, so, se = run(cli, *argv, "--out", out)
             expect_one_line_error(argv, rc, se, out)
             expect("bad_alloc" not in se, f"{argv}: a clear error, not an allocation failure: {se!r}")
+
+        # Issue 25: each error names the flag at fault (a huge --buckets used to blame
+        # max_distance), and absurd sizes are refused by a documented limit (docs/cli.md).
+        t5 = ["bias", "t5", "--len-q", "2", "--len-k", "2"]
+        alibi = ["bias", "alibi", "--len-q", "2", "--len-k", "2"]
+        for argv, needle in (
+                (t5 + ["--buckets", "2000000000"], "invalid value for --buckets: 2000000000 (must be 4 .. 2^20"),
+                (t5 + ["--buckets", "1048577", "--max-distance", big], "--buckets: 1048577"),
+                (t5 + ["--buckets", "1000"], "--buckets: 1000 (its 250 exact buckets need --max-distance > 250"),
+                (t5 + ["--buckets", "3"], "--buckets: 3 (must be 4 .. 2^20"),
+                (t5 + ["--buckets", "1", "--unidirectional"], "--buckets: 1 (must be 2 .. 2^20)"),
+                (t5 + ["--buckets", "-5"], "--buckets: -5"),
+                (t5 + ["--buckets", "64", "--max-distance", "16"],
+                 "--max-distance: 16 (must exceed the 16 exact buckets of --buckets 64)"),
+                (t5 + ["--buckets", "99999999999999999999"], "--buckets: '99999999999999999999' is out of range"),
+                (t5 + ["--q-offset", big], "--q-offset"),
+                (alibi + ["--heads", "65537"], "--heads: 65537 (must be <= 2^16"),
+                (alibi + ["--heads", "4", "--q-offset", big], "--q-offset"),
+                (alibi + ["--heads", "4", "--max-bias", "1e999"], "--max-bias: '1e999' is out of the range"),
+                (["attention", *io, "--alibi-heads", "65537"], "--alibi-heads: 65537"),
+                (["attention", *io, "--alibi-heads", "4", "--alibi-head", "4"], "--alibi-head: 4 (must be < --alibi-heads 4)"),
+                (["attention", *io, "--rope-base", "10000", "--rotary-dim", "10"], "--rotary-dim: 10 (must be even and <= 8"),
+                (["attention", *io, "--rope-base", "10000", "--rotary-dim", big], "--rotary-dim"),
+                (["attention", *io, "--rope-base", "0.5"], "--rope-base"),
+                (["attention", *io, "--q-offset", big], "--q-offset"),
+                (["attention", "--q", paths["q"], "--k", paths["v"], "--v", paths["v"]], "--k"),
+                (["attention", "--q", paths["q"], "--k", paths["k"], "--v", paths["q"]], "--v"),
+        ):
+            rc, so, se = run(cli, *argv, "--out", out)
+            expect_one_line_error(argv, rc, se, out, needle=needle)
+        # --buckets up to 2^20 is fine with a --max-distance beyond its exact buckets
+        got = produce(cli, tmp, *t5, "--buckets", str(2 ** 20), "--max-distance", big)
+        expect(got is not None and got.shape == (2, 2), "bias t5 --buckets 2^20")
+
+        check_all_or_nothing(cli, tmp, io, rng)
+        check_bounded_memory(cli, tmp)
     return cli_testlib.finish("test_cli_attention")
 
 

@@ -8,10 +8,12 @@ partial rotary, offsets, float32 and float64 files, --inv-freq-out and
 Usage:  test_cli_rope.py PATH/TO/posenc
 """
 import os
+import subprocess
 import sys
 import tempfile
 
-from cli_testlib import expect, expect_one_line_error, np, remove, run
+from cli_testlib import (expect, expect_nothing_left, expect_one_line_error, np, remove, run,
+                         run_measured)
 import cli_testlib
 import rotary as rot  # noqa: E402  (tests/reference, put on sys.path by cli_testlib)
 import rope_scaling as sc  # noqa: E402
@@ -35,6 +37,65 @@ def attention_factor_of(stdout):
         if line.startswith("attention_factor "):
             return float(line.split()[1])
     return None
+
+
+def check_all_or_nothing(cli, tmp, rng):
+    """Issue 25: --out and --inv-freq-out are both written or neither. Each goes to a
+    temporary beside its destination, renamed only when both are complete: an unwritable
+    --inv-freq-out used to leave --out behind (exit 1 with a new file)."""
+    xin, out, kept = (os.path.join(tmp, n) for n in ("a.npy", "new_out.npy", "kept.npy"))
+    np.save(xin, rng.standard_normal((2048, 64)))  # 1 MiB of output
+    old = b"an existing file that a failed command must not clobber"
+    missing = os.path.join(tmp, "no_such_dir", "i.npy")
+    for dest in (out, kept):
+        remove(out)
+        with open(kept, "wb") as f:
+            f.write(old)
+        what = f"rope --out {os.path.basename(dest)} --inv-freq-out in a missing folder"
+        rc, so, se = run(cli, "rope", "--head-dim", 64, "--in", xin, "--out", dest,
+                         "--inv-freq-out", missing)
+        expect_one_line_error([what], rc, se, needle="--inv-freq-out")
+        expect_nothing_left(what, tmp, new_files=[out], kept={kept: old})
+        # the first output failing half-way (a 64 KiB file-size limit: EFBIG)
+        what = f"rope --out {os.path.basename(dest)} past a file-size limit"
+        rc, so, se, _ = run_measured(cli, "rope", "--head-dim", 64, "--in", xin, "--out", dest,
+                                     "--inv-freq-out", os.path.join(tmp, "f_new.npy"),
+                                     file_size_limit=1 << 16, ignore_sigxfsz=True)
+        expect_one_line_error([what], rc, se, needle="--out")
+        expect_nothing_left(what, tmp, new_files=[out, os.path.join(tmp, "f_new.npy")],
+                            kept={kept: old})
+    rc, so, se = run(cli, "rope", "--head-dim", 64, "--in", xin, "--out", kept,
+                     "--inv-freq-out", "./" + os.path.relpath(kept))
+    expect_one_line_error(["--out and --inv-freq-out the same file"], rc, se,
+                          needle="--out and --inv-freq-out name the same file")
+    expect_nothing_left("--out and --inv-freq-out the same file", tmp, kept={kept: old})
+    # rotating a file in place works: it is read whole before the temporary replaces it
+    x = rng.standard_normal((4, 16))
+    np.save(kept, x)
+    rc, so, se = run(cli, "rope", "--head-dim", 16, "--offset", 5, "--in", kept, "--out", kept)
+    got = np.load(kept) if rc == 0 else None
+    want = rot.rotate(x, np.arange(5, 9), rot.plain_inv_freq(16, 1e4), "half")
+    expect(got is not None and np.max(np.abs(got - want)) < 1e-12, "rope --in F --out F in place")
+    expect_nothing_left("rope in place", tmp)
+    remove(xin, kept)
+
+
+def check_zero_heads(cli, tmp):
+    """Issue 25: an [L, 0, D] input (no heads: nothing to rotate) with a huge declared L
+    finishes at once. It used to loop over all 10^12 positions for minutes (the rotary
+    kernel's loop over positions ran even with zero heads)."""
+    xin, out = os.path.join(tmp, "zero_heads.npy"), os.path.join(tmp, "zero_heads_out.npy")
+    np.save(xin, np.empty((10 ** 12, 0, 8), np.float32))
+    try:
+        rc, so, se = run(cli, "rope", "--head-dim", 8, "--in", xin, "--out", out, timeout=20)
+    except subprocess.TimeoutExpired:
+        expect(False, "rope on a [10^12, 0, 8] input: still running after 20 s")
+        return
+    expect(rc == 0, f"rope [10^12, 0, 8]: rc {rc}, stderr {se!r}")
+    got = np.load(out) if rc == 0 else None
+    expect(got is not None and got.shape == (10 ** 12, 0, 8) and got.dtype == np.float32,
+           "rope [10^12, 0, 8]: the empty array comes back")
+    remove(xin, out)
 
 
 def main():
@@ -140,13 +201,14 @@ def main():
         xin = os.path.join(tmp, "e.npy")
         np.save(xin, rng.standard_normal((3, 16)))
         bad = [
-            (["--head-dim", 16, "--rotary-dim", 7], "rotary_dim = 7"),
-            (["--head-dim", 16, "--rotary-dim", 32], "rotary_dim = 32"),
+            (["--head-dim", 16, "--rotary-dim", 7], "--rotary-dim: 7 (must be even"),
+            (["--head-dim", 16, "--rotary-dim", 32], "--rotary-dim: 32 (must be even and <= --head-dim 16)"),
             (["--head-dim", 32], "--head-dim"),
             (["--head-dim", 16, "--pairing", "diagonal"], "--pairing"),
             (["--head-dim", 16, "--scaling", "magic"], "--scaling"),
             (["--head-dim", 16, "--scaling", "linear", "--factor", 0], "factor = 0"),
-            (["--head-dim", 16, "--scaling", "yarn", "--factor", 4], "original_max_positions = 0"),
+            (["--head-dim", 16, "--scaling", "yarn", "--factor", 4],
+             "missing --original-max: required by --scaling yarn"),
             (["--head-dim", 16, "--scaling", "longrope", "--factor", 4, "--original-max", 10,
               "--short-factor", "1,1", "--long-factor", "1,1,1,1,1,1,1,1"], "short_factor.size() = 2"),
             (["--head-dim", 16, "--offset", -1], "--offset"),
@@ -179,6 +241,28 @@ def main():
             (["--head-dim", 16, "--xpos-scale-base", 256],
              "--xpos-scale-base is not used by --scaling none"),
         ]
+        # Issue 25: a scaling that needs --factor refuses to run without it (it used to
+        # rotate as factor 1, i.e. unscaled), as rope_config_from_hf refuses a missing factor;
+        # likewise the other flags a scaling cannot do without, each named.
+        for scaling, more in (("linear", []), ("ntk", []), ("dynamic", ["--original-max", 64]),
+                              ("yarn", ["--original-max", 64]),
+                              ("llama3", ["--original-max", 64])):
+            bad.append((["--head-dim", 16, "--scaling", scaling, *more],
+                        f"missing --factor: required by --scaling {scaling}"))
+        for scaling in ("dynamic", "llama3", "longrope"):
+            bad.append((["--head-dim", 16, "--scaling", scaling, "--factor", 2],
+                        f"missing --original-max: required by --scaling {scaling}"))
+        eights = "1,1,1,1,1,1,1,1"
+        bad += [
+            (["--head-dim", 16, "--scaling", "longrope", "--original-max", 64, "--long-factor", eights],
+             "missing --short-factor: required by --scaling longrope"),
+            (["--head-dim", 16, "--scaling", "longrope", "--original-max", 64, "--short-factor", eights],
+             "missing --long-factor: required by --scaling longrope"),
+            (["--head-dim", 16, "--scaling", "yarn", "--factor", 2, "--original-max", 0],
+             "--original-max: 0 (must be >= 1)"),
+            (["--head-dim", 16, "--base", "1e999"], "--base: '1e999' is out of the range of a double"),
+            (["--head-dim", 16, "--offset", "99999999999999999999"], "--offset: '99999999999999999999' is out of range"),
+        ]
         for argv, needle in bad:
             out = os.path.join(tmp, "never.npy")
             rc, so, se = run(cli, "rope", *argv, "--in", xin, "--out", out)
@@ -187,6 +271,15 @@ def main():
                 "--out", os.path.join(tmp, "o.npy")]
         rc, so, se = run(cli, *argv)
         expect_one_line_error(["missing input", *argv], rc, se)
+
+        # LongRoPE's --factor stays optional: it only sets the default attention factor (1).
+        x = rng.standard_normal((3, 16))
+        y, f, so = rope(cli, tmp, x, "--head-dim", 16, "--scaling", "longrope", "--original-max", 64,
+                        "--short-factor", eights, "--long-factor", eights, "--print-attention-factor")
+        expect(y is not None and attention_factor_of(so) == 1.0, "longrope without --factor")
+
+        check_all_or_nothing(cli, tmp, rng)
+        check_zero_heads(cli, tmp)
 
     return cli_testlib.finish("test_cli_rope")
 
