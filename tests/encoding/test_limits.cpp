@@ -4,6 +4,9 @@
 // threw std::bad_alloc, or quietly allocated gigabytes); a Hugging Face list holding a
 // non-number is reported as such, not as missing.
 
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <posenc/attention/merge.hpp>
 #include <posenc/core/limits.hpp>
 #include <posenc/encoding/alibi.hpp>
@@ -141,4 +144,18 @@ TEST_CASE("limits: a Hugging Face list holding a non-number is named as such", "
   // a list of strings nobody reads (architectures) is still no error
   const std::string ok = R"({"head_dim": 8, "architectures": ["LlamaForCausalLM"]})";
   CHECK(posenc::rope_config_from_hf_json(ok).head_dim == 8);
+}
+
+TEST_CASE("limits: a config.json over 16 MiB is refused before it is read", "[limits][hf]") {
+  STATIC_REQUIRE(posenc::hf_config_max_bytes == (std::uint64_t(1) << 24));
+  const std::string path = std::string(POSENC_TEST_TMP_DIR) + "/limits_big_config.json";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << R"({"head_dim": 8, "pad": ")";
+    out << std::string((std::size_t(1) << 24) + 1, 'x') << "\"}";
+  }
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json_file(path), "over the 16 MiB");
+  std::remove(path.c_str());
+  POSENC_REQUIRE_ERROR(posenc::rope_config_from_hf_json_file(POSENC_TEST_TMP_DIR),
+                       "path = " POSENC_TEST_TMP_DIR);
 }

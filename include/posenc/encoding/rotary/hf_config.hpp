@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -413,15 +414,28 @@ inline rope_config rope_config_from_hf_json(std::string_view json_text,
   return rope_config_from_hf(top, scaling);
 }
 
-/// rope_config_from_hf_json() on a file; posenc::error naming the path if it cannot be read.
+/// The largest config.json rope_config_from_hf_json_file reads: 16 MiB.
+inline constexpr std::uint64_t hf_config_max_bytes = std::uint64_t(1) << 24;
+
+/// rope_config_from_hf_json() on a file; posenc::error naming the path if it cannot be read
+/// or is larger than hf_config_max_bytes.
 inline rope_config rope_config_from_hf_json_file(const std::string& path,
                                                  std::string_view layer_type = {}) {
-  std::ifstream in(path, std::ios::binary);
-  detail::require(static_cast<bool>(in), "rope_config_from_hf_json_file", "path", path,
-                  "cannot be opened");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return rope_config_from_hf_json(ss.str(), layer_type);
+  constexpr const char* where = "rope_config_from_hf_json_file";
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  detail::require(static_cast<bool>(in), where, "path", path, "cannot be opened");
+  // a config.json is a few kB: a larger file is not one (and is not read into memory)
+  const std::streamoff size = in.tellg();
+  detail::require(size >= 0, where, "path", path, "cannot be read (not a regular file?)");
+  detail::require(static_cast<std::uint64_t>(size) <= hf_config_max_bytes, where, "path", path,
+                  "the file has " + std::to_string(size) +
+                      " bytes, over the 16 MiB a config.json may have (hf_config_max_bytes)");
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.seekg(0);
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  detail::require(in.gcount() == static_cast<std::streamsize>(size), where, "path", path,
+                  "read failed");
+  return rope_config_from_hf_json(text, layer_type);
 }
 
 }  // namespace posenc
