@@ -2,7 +2,12 @@
 # CI matrix, run by .ci/run after the README test command (g++, baseline x86-64 flags).
 # Each configuration builds the tests (no benchmarks, no examples unless noted) and runs them:
 #
-#   v3     g++      -march=x86-64-v3   AVX2 + FMA backend
+#   v3     g++      -march=x86-64-v3   AVX2 + FMA backend: only the tests that run SIMD
+#                                      kernels ($simd_tests, as asan4). The other tests run
+#                                      no AVX2 kernel of posenc's: the README build already
+#                                      runs every test with g++, and asan every test with
+#                                      AVX2 under clang++; building them a third time here
+#                                      took v3 from 206 s to 448 s (2 cores, Nov 2026)
 #   v4     g++      -march=x86-64-v4   AVX-512 backend (also the examples: the self-checking
 #                                      ones, e.g. the N = 32768 flash run, on its kernels);
 #                                      where the CPU cannot run it, only the programs of the
@@ -24,6 +29,10 @@
 #                                      run it by name
 #   asan4  g++      -march=x86-64-v4 -O1, the same sanitizers on the AVX-512 kernels: only the
 #                                      tests that run SIMD kernels
+#   tsan   clang++  -march=x86-64-v3 -O1 -g with ThreadSanitizer: only test_threads (the
+#                                      threaded flash prefill, decode over a kv_cache and a
+#                                      rotary_policy shared by a call's threads), with
+#                                      TSAN_OPTIONS=halt_on_error=1: any report fails it
 #
 # Each SIMD configuration tells the tests which backend its flags must select
 # (POSENC_TEST_EXPECTED_BACKEND), so a build that silently fell back to scalar fails. On a
@@ -32,15 +41,17 @@
 # The python reference checks, the install/consumer tests and the nvcc compile of the maths
 # layer do not depend on the flags; the README command runs them, so they are skipped here.
 #
-# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 arm64 asan asan4)
-# Needs: POSENC_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user clang" scripts/install_deps.sh
+# Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 arm64 asan asan4 tsan)
+# Needs: POSENC_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user clang libclang-rt-dev"
+#        scripts/install_deps.sh (libclang-rt-dev: clang's sanitizer runtimes, only a
+#        Recommends of clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 jobs="$(nproc)"
 root="${CI_MATRIX_DIR:-build/ci}"
 configs=("$@")
-((${#configs[@]})) || configs=(v3 v4 bf16 arm64 asan asan4)
+((${#configs[@]})) || configs=(v3 v4 bf16 arm64 asan asan4 tsan)
 
 # Tests only, optimised but without debug info (faster to build); asserts stay on.
 common=(-G Ninja -DCMAKE_BUILD_TYPE=CI -DPOSENC_WARNINGS_AS_ERRORS=ON
@@ -51,6 +62,7 @@ skip='^(reference_|consumer_|math_device_compile$)'
 # ASan's leak check is on by default (CMake passes these flags to the link step too, which
 # links the sanitizer runtimes)
 sanitize="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
+tsan_flags="-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
 # GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsics (their unmasked
 # forms start from _mm512_undefined_*()) once Eigen's AVX-512 reductions and transposes are
 # inlined into a test: a known false positive in headers posenc does not own (posenc's packet
@@ -58,7 +70,7 @@ sanitize="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize
 # README, v3, clang, arm64 and asan builds keep them as errors.
 avx512_warnings="-Wno-error=uninitialized -Wno-error=maybe-uninitialized"
 only=''  # a configuration may run only the tests matching this (ctest -R)
-# the tests whose programs run SIMD kernels (asan4; v4 where it cannot run)
+# the tests whose programs run SIMD kernels (v3, asan4; v4 where it cannot run)
 simd_tests='^(test_sinusoidal|test_rotary|test_rotary_lowp|test_rope_scaling_apply|test_flash|test_backend_simd|include_order)$'
 build_only=''  # a configuration may be built without running its tests (the reason)
 avx512_host=1
@@ -126,8 +138,8 @@ print(" ".join(sorted(names & set(sys.argv[2].split()))))' "$dir" "$known")
 
 for c in "${configs[@]}"; do
   case "$c" in
-    v3) run_config v3 -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" \
-          -DPOSENC_TEST_EXPECTED_BACKEND=avx2 ;;
+    v3) only="$simd_tests" run_config v3 -DCMAKE_CXX_COMPILER=g++ \
+          -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" -DPOSENC_TEST_EXPECTED_BACKEND=avx2 ;;
     # where it cannot run, only the programs that instantiate the AVX-512 kernels are built
     # (the asan4 list plus the include-order pair): the rest compile no AVX-512 code
     v4) if ((avx512_host)); then v4_only=''; else v4_only="$simd_tests"; fi
@@ -162,7 +174,12 @@ for c in "${configs[@]}"; do
              echo "== ci_matrix: asan4 skipped: $no_avx512"
              summary+=("asan4  skipped: this CPU has no AVX-512 (the v4 build compiles the same code)")
            fi ;;
-    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64 asan asan4)" >&2; exit 2 ;;
+    # the sanitizer stops at its first report (halt_on_error) and the test fails
+    tsan) TSAN_OPTIONS="halt_on_error=1${TSAN_OPTIONS:+ $TSAN_OPTIONS}" only='^test_threads$' \
+          run_config tsan -DCMAKE_CXX_COMPILER=clang++ \
+            -DCMAKE_CXX_FLAGS_CI="$tsan_flags -march=x86-64-v3" \
+            -DPOSENC_TEST_EXPECTED_BACKEND=avx2 ;;
+    *) echo "ci_matrix: unknown configuration '$c' (v3 v4 bf16 clang arm64 asan asan4 tsan)" >&2; exit 2 ;;
   esac
 done
 
