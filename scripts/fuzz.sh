@@ -3,9 +3,10 @@
 # Face config.json text, the CLI's argument parser) with clang++, libFuzzer,
 # AddressSanitizer and UndefinedBehaviorSanitizer (-O1 -g, -fno-sanitize-recover=all: any
 # report aborts), then runs each for FUZZ_SECONDS on a fresh copy of its seed corpus
-# (tests/fuzz/corpus/<harness>/), FUZZ_PARALLEL harnesses at a time. Each run is bounded:
-# -timeout=10 (an input slower than 10 s is a finding), -rss_limit_mb=1024 (so is a
-# process above 1 GiB, or one allocation above it), -max_len per harness.
+# (tests/fuzz/corpus/<harness>/) with its dictionary of tokens (tests/fuzz/dict/), two
+# harnesses at a time (FUZZ_PARALLEL). Each run is bounded: -timeout=10 (an input slower
+# than 10 s is a finding), -rss_limit_mb=1024 (so is a process above 1 GiB, or one
+# allocation above it), -max_len per harness.
 #
 # Prints the executions per harness (libFuzzer's final stat::number_of_executed_units) and a
 # summary; fails when any harness found a crash, a sanitizer report, a timeout or an
@@ -68,11 +69,12 @@ fuzz_one() {
   rm -rf "$run"
   mkdir -p "$run/corpus" "$run/artifacts"
   cp tests/fuzz/corpus/"$h"/* "$run/corpus/"
-  local rc=0
+  local rc=0 dict=()
+  if [[ -f "tests/fuzz/dict/$h.dict" ]]; then dict=(-dict="tests/fuzz/dict/$h.dict"); fi
   ASAN_OPTIONS="$asan_options" UBSAN_OPTIONS="$ubsan_options" "$dir/tests/fuzz/fuzz_$h" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=1024 -max_len="${max_len[$h]}" \
-    -print_final_stats=1 -artifact_prefix="$run/artifacts/" "$run/corpus" >"$run/log" 2>&1 ||
-    rc=$?
+    "${dict[@]}" -print_final_stats=1 -artifact_prefix="$run/artifacts/" "$run/corpus" \
+    >"$run/log" 2>&1 || rc=$?
   echo "$rc" >"$run/rc"
 }
 
@@ -89,6 +91,7 @@ for h in "${harnesses[@]}"; do
   run="$dir/runs/$h"
   rc="$(cat "$run/rc" 2>/dev/null || echo '?')"
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$run/log" | tail -1)"
+  rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$run/log" | tail -1)"
   rss="$(sed -n 's/^stat::peak_rss_mb: *//p' "$run/log" | tail -1)"
   seeds=$(find "tests/fuzz/corpus/$h" -maxdepth 1 -type f | wc -l)
   grown=$(find "$run/corpus" -maxdepth 1 -type f | wc -l)
@@ -99,7 +102,7 @@ for h in "${harnesses[@]}"; do
     failed=1
   fi
   printf '%-12s %-16s %10s executions  %5s/s  corpus %3d -> %4d  peak %s MB\n' "$h" "$status" \
-    "${runs:-?}" "$(( ${runs:-0} / (seconds > 0 ? seconds : 1) ))" "$seeds" "$grown" "${rss:-?}"
+    "${runs:-?}" "${rate:-?}" "$seeds" "$grown" "${rss:-?}"
   if [[ "$status" != ok ]]; then
     grep -E '^(==[0-9]+==ERROR|SUMMARY|posenc fuzz|replay|.*runtime error)|ALARM|out-of-memory' \
       "$run/log" | head -20 | sed 's/^/    /'
