@@ -114,17 +114,7 @@ class json_parser {
 
   /// Consumes the '{' of an object; false (and the '}' consumed) when it is empty, else
   /// read_key() comes next.
-  bool enter_object() {
-    skip_ws();
-    if (peek() != '{') bad("expected '{'");
-    ++i_;
-    skip_ws();
-    if (peek() == '}') {
-      ++i_;
-      return false;
-    }
-    return true;
-  }
+  bool enter_object() { return enter('{', '}', "expected '{'"); }
 
   /// A member's key and its ':'; the value comes next. The view is into the text, or into
   /// `scratch` when the key has escapes: valid until the next read with the same scratch.
@@ -136,47 +126,15 @@ class json_parser {
 
   /// After a member's value: true (the ',' consumed) when another member follows, false
   /// (the '}' consumed) at the end of the object.
-  bool next_member() {
-    skip_ws();
-    if (peek() == ',') {
-      ++i_;
-      return true;
-    }
-    if (peek() == '}') {
-      ++i_;
-      return false;
-    }
-    bad("expected ',' or '}'");
-  }
+  bool next_member() { return next('}', "expected ',' or '}'"); }
 
   /// Consumes the '[' of an array; false (and the ']' consumed) when it is empty, else an
   /// element comes next.
-  bool enter_array() {
-    skip_ws();
-    if (peek() != '[') bad("expected '['");
-    ++i_;
-    skip_ws();
-    if (peek() == ']') {
-      ++i_;
-      return false;
-    }
-    return true;
-  }
+  bool enter_array() { return enter('[', ']', "expected '['"); }
 
   /// After an element: true (the ',' consumed) when another follows, false (the ']'
   /// consumed) at the end of the array.
-  bool next_element() {
-    skip_ws();
-    if (peek() == ',') {
-      ++i_;
-      return true;
-    }
-    if (peek() == ']') {
-      ++i_;
-      return false;
-    }
-    bad("expected ',' or ']'");
-  }
+  bool next_element() { return next(']', "expected ',' or ']'"); }
 
   /// The string at the cursor, decoded; a view into the text, or into `scratch` when it has
   /// escapes.
@@ -196,6 +154,33 @@ class json_parser {
   void skip_value() { walk_value(0, false); }
 
  private:
+  // enter_object / enter_array: the opening bracket, then false (the closing one
+  // consumed) for an empty container
+  bool enter(char open, char close, const char* expected) {
+    skip_ws();
+    if (peek() != open) bad(expected);
+    ++i_;
+    skip_ws();
+    if (peek() == close) {
+      ++i_;
+      return false;
+    }
+    return true;
+  }
+
+  // next_member / next_element: true after a ',', false after the closing bracket
+  bool next(char close, const char* expected) {
+    skip_ws();
+    if (peek() == ',') {
+      ++i_;
+      return true;
+    }
+    if (peek() == close) {
+      ++i_;
+      return false;
+    }
+    bad(expected);
+  }
   /// Keys seen in one object: eight inline, then an ordered set (no hash to attack).
   class key_set {
    public:
