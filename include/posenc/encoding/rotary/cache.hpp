@@ -12,7 +12,11 @@
 ///                          cos/sin of that float32 angle rounded to float32, then times
 ///                          float32(A) in float32: what PyTorch / Hugging Face float32 code
 ///                          computes. Its angle error grows with n (about 0.03 rad at
-///                          n = 1e6); use it only to reproduce such a model.
+///                          n = 1e6); use it only to reproduce such a model. w_i is the
+///                          frequencies' own value: correctly rounded from double when
+///                          posenc computed it, which differs by an ulp from torch's float32
+///                          pow for some pairs; a framework's float32 inv_freq supplied with
+///                          rope_frequencies::from_inv_freq is used bit for bit.
 ///
 /// Backends: on a backend with double packets (avx2, avx512, neon), exact float rows (float,
 /// Eigen::half and Eigen::bfloat16 storage) come from vectorised angle addition

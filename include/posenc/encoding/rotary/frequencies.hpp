@@ -10,10 +10,14 @@
 ///     x_a' = x_a cos(n w_i) - x_b sin(n w_i)
 ///     x_b' = x_b cos(n w_i) + x_a sin(n w_i)        w_i = inv_freq[i]
 ///
-/// Everything here is in double: frequencies are computed once, one way.
+/// Everything here is in double: frequencies are computed once, one way, or supplied as a
+/// framework computed them (rope_frequencies::from_inv_freq).
 
+#include <Eigen/Core>
 #include <cmath>
 #include <cstddef>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/error.hpp"
@@ -72,6 +76,63 @@ struct rope_frequencies {
     if (!has_xpos()) return 1.0;
     const double e = n / xpos_scale_base;
     return std::pow(xpos_zeta(i), key ? -e : e);
+  }
+
+  /// Inverse frequencies a framework already holds (e.g. a Hugging Face model's float32
+  /// `inv_freq` buffer), used as given instead of being computed from a base: `count` =
+  /// rotary_dim / 2 float or double values w_i, radians per position. Attention factor 1, no
+  /// xPos (set the fields afterwards to change that).
+  ///
+  /// Float values widen to double exactly, and the float32_reference precision rounds each
+  /// w_i back to float32, so a float32 buffer is used bit for bit: angle = float32(n) * w_i
+  /// in float32, as the framework's float32 code computes it (cache.hpp). Double values are
+  /// used as they are by the exact precision and rounded to nearest float32 by
+  /// float32_reference.
+  ///
+  /// Throws posenc::error unless `rotary_dim` is even and positive, `count` equals
+  /// rotary_dim / 2 (the message names both), and every value is finite.
+  template <class T>
+  static rope_frequencies from_inv_freq(const T* inv_freq, Index count, Index rotary_dim) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "posenc::rope_frequencies::from_inv_freq: values must be float or double");
+    const char* where = "rope_frequencies::from_inv_freq";
+    detail::require(rotary_dim > 0 && rotary_dim % 2 == 0, where, "rotary_dim", rotary_dim,
+                    "must be even and positive");
+    detail::check_dim_limit(where, "rotary_dim", rotary_dim);
+    detail::require(count == rotary_dim / 2, where, "inv_freq.size()", count,
+                    "must equal rotary_dim / 2 = " + std::to_string(rotary_dim / 2) +
+                        " (rotary_dim = " + std::to_string(rotary_dim) + ")");
+    detail::require(inv_freq != nullptr, where, "inv_freq", "nullptr", "needs memory");
+    rope_frequencies f;
+    f.inv_freq.resize(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
+      const double w = static_cast<double>(inv_freq[i]);
+      if (!std::isfinite(w))
+        detail::fail(where, "inv_freq[" + std::to_string(i) + "]", w, "must be finite");
+      f.inv_freq[i] = w;
+    }
+    return f;
+  }
+
+  /// from_inv_freq of a std::vector<float> or std::vector<double> (see the pointer form).
+  template <class T>
+  static rope_frequencies from_inv_freq(const std::vector<T>& inv_freq, Index rotary_dim) {
+    return from_inv_freq(inv_freq.data(), static_cast<Index>(inv_freq.size()), rotary_dim);
+  }
+
+  /// from_inv_freq of an Eigen vector (row or column) or expression of float or double
+  /// (see the pointer form). Throws posenc::error naming `inv_freq` for a matrix that is
+  /// not a vector.
+  template <class Derived>
+  static rope_frequencies from_inv_freq(const Eigen::MatrixBase<Derived>& inv_freq,
+                                        Index rotary_dim) {
+    using T = typename Derived::Scalar;
+    detail::require(inv_freq.rows() == 1 || inv_freq.cols() == 1, "rope_frequencies::from_inv_freq",
+                    "inv_freq",
+                    std::to_string(inv_freq.rows()) + " x " + std::to_string(inv_freq.cols()),
+                    "must be a vector (one row or one column)");
+    const Eigen::Matrix<T, Eigen::Dynamic, 1> v = inv_freq.derived().reshaped();
+    return from_inv_freq(v.data(), static_cast<Index>(v.size()), rotary_dim);
   }
 };
 

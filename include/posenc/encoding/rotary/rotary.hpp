@@ -279,6 +279,25 @@ class rotary_embedding {
   rotary_embedding(const rope_config& config, Index seq_len, rope_options options = {})
       : rotary_embedding(config.head_dim, config.frequencies(seq_len), config.pairing, options) {}
 
+  /// With the inverse frequencies a framework already holds (e.g. a Hugging Face model's
+  /// float32 `inv_freq` buffer): `inv_freq` is a std::vector or Eigen vector of float or
+  /// double, rotary_dim / 2 values (rotary_dim -1 = head_dim). With
+  /// `options.precision = rope_precision::float32_reference` a float32 buffer is used bit
+  /// for bit and the rotation is the framework's float32 computation up to the rounding of
+  /// cos/sin (see rope_frequencies::from_inv_freq and docs/rotary.md). Throws posenc::error
+  /// naming `head_dim`, `rotary_dim`, `inv_freq.size()` (which must equal rotary_dim / 2) or
+  /// a non-finite `inv_freq[i]`.
+  template <class Values>
+  static rotary_embedding from_inv_freq(Index head_dim, const Values& inv_freq,
+                                        rope_pairing pairing = rope_pairing::half,
+                                        rope_options options = {}, Index rotary_dim = -1) {
+    detail::require(head_dim > 0, "rotary_embedding::from_inv_freq", "head_dim", head_dim,
+                    "must be > 0");
+    const Index r = rotary_dim == -1 ? head_dim : rotary_dim;
+    return rotary_embedding(head_dim, rope_frequencies::from_inv_freq(inv_freq, r), pairing,
+                            options);
+  }
+
   Index head_dim() const noexcept { return head_dim_; }
   Index rotary_dim() const noexcept { return cache_.frequencies().rotary_dim(); }
   rope_pairing pairing() const noexcept { return pairing_; }
