@@ -21,6 +21,7 @@
 #include "io/tensor.hpp"
 
 // Encodings.
+#include "encoding/embedding.hpp"
 #include "encoding/learned.hpp"
 #include "encoding/properties.hpp"
 #include "encoding/rotary.hpp"
