@@ -37,6 +37,14 @@ inline void trace_tiles(const char* op, const char* arch) noexcept {
 
 using posenc::Index;
 using posenc_test::golden_matrix;
+
+// Under an emulator (CMake defines it for the aarch64 build run by qemu) the largest
+// sweeps keep their smaller cases.
+#ifdef POSENC_TEST_EMULATED
+constexpr bool emulated = true;
+#else
+constexpr bool emulated = false;
+#endif
 using posenc_test::max_abs_diff;
 using posenc_test::random_matrix;
 using posenc_test::rmat;
@@ -221,8 +229,10 @@ TEST_CASE("flash matches the numpy goldens of the reference attention", "[flash]
 
 TEST_CASE("flash matches the reference on every scheme and mask (float32, 2e-6)", "[flash]") {
   // Odd sizes: Lq and Lk not multiples of the 64 x 256 tiles, head dims off the vector width.
-  for (const sizes& z : {sizes{2, 4, 2, 131, 300, 72, 40}, sizes{1, 2, 1, 70, 70, 80, 80},
-                         sizes{1, 3, 3, 65, 257, 96, 96}, sizes{2, 2, 2, 64, 512, 64, 64}}) {
+  std::vector<sizes> all{sizes{2, 4, 2, 131, 300, 72, 40}, sizes{1, 2, 1, 70, 70, 80, 80},
+                         sizes{1, 3, 3, 65, 257, 96, 96}, sizes{2, 2, 2, 64, 512, 64, 64}};
+  if (emulated) all.resize(2);  // odd tiles, GQA and partial packets are in the first two
+  for (const sizes& z : all) {
     check_parity(z, posenc::no_position_policy{}, "none");
     check_parity(z, posenc::alibi_policy(z.heads), "alibi causal");
     check_parity(z, posenc::alibi_policy(z.heads, posenc::alibi_form::symmetric),
@@ -318,7 +328,7 @@ TEST_CASE("a NaN logit gives a NaN row, as in the reference", "[flash]") {
 
 TEST_CASE("decode: one query over a long cache splits the keys and merges exactly",
           "[flash][decode]") {
-  for (Index lq : {1, 3, 8}) {
+  for (Index lq : emulated ? std::vector<Index>{3} : std::vector<Index>{1, 3, 8}) {
     const sizes z{2, 4, 2, lq, 5000, 80, 64};
     const problem<float> p(z, 21);
     posenc::attention_config opt;
