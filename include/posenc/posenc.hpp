@@ -16,6 +16,8 @@
 #include "version.hpp"
 
 // File formats.
+#include "io/gguf.hpp"
+#include "io/model_config.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensor.hpp"
