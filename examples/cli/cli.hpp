@@ -181,5 +181,6 @@ command rope_command();
 command bias_alibi_command();
 command bias_t5_command();
 command attention_command();
+command embed_command();
 
 }  // namespace posenc_cli

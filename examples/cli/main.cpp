@@ -17,6 +17,7 @@ std::vector<posenc_cli::command> all_commands() {
       posenc_cli::sinusoidal_command(), posenc_cli::learned_command(),
       posenc_cli::rope_command(),       posenc_cli::bias_alibi_command(),
       posenc_cli::bias_t5_command(),    posenc_cli::attention_command(),
+      posenc_cli::embed_command(),
   };
 }
 
