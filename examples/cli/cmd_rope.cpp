@@ -1,12 +1,16 @@
 // `posenc rope`: rotate the rows of an .npy file with rotary position embeddings, with any
-// scaling; optionally write the effective inv_freq and print the attention factor.
+// scaling or with inverse frequencies read from a file; optionally write the effective inv_freq
+// and print the attention factor.
 
+#include <cmath>
 #include <cstdint>
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <posenc/encoding/rotary.hpp>
 #include <posenc/io/npy.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -104,6 +108,57 @@ posenc::rope_config config_from(const args& a) {
   return c;
 }
 
+/// The flags --inv-freq-in replaces: the file's frequencies are used as they are, so a base,
+/// a scaling or a sequence length would be silently ignored. --attention-factor still
+/// applies (it multiplies cos and sin).
+void reject_replaced_by_inv_freq_in(const args& a) {
+  for (const char* flag :
+       {"--base", "--scaling", "--factor", "--original-max", "--seq-len", "--beta-fast",
+        "--beta-slow", "--mscale", "--mscale-all-dim", "--low-freq-factor", "--high-freq-factor",
+        "--short-factor", "--long-factor", "--xpos-scale-base"})
+    if (a.has(flag))
+      throw usage_error(std::string(flag) +
+                        " is not used with --inv-freq-in (the file replaces the frequencies)");
+}
+
+/// The frequencies of --inv-freq-in: a 1-D float32 or float64 .npy of R/2 values, used bit
+/// for bit (float32 values stay exact in double, and --float32-reference rounds them back
+/// to the same float32), with the attention factor of --attention-factor (default 1).
+posenc::rope_frequencies frequencies_from_file(const args& a, const posenc::rope_config& cfg) {
+  const std::string path = a.str("--inv-freq-in");
+  const std::string flag = "--inv-freq-in " + path + ": ";
+  const posenc::Index pairs = cfg.resolved_rotary_dim() / 2;
+  try {
+    posenc::io::detail::input_file f(path, "rope --inv-freq-in");
+    const posenc::io::detail::npy_header h = posenc::io::detail::read_npy_header(f, path);
+    if (h.type != posenc::io::dtype::f32 && h.type != posenc::io::dtype::f64)
+      throw usage_error(flag + "dtype '" + h.descr + "' (must be float32 or float64)");
+    if (h.shape.size() != 1 || h.shape[0] != pairs) {
+      std::string shape = "[";
+      for (std::size_t i = 0; i < h.shape.size(); ++i)
+        shape += (i ? ", " : "") + std::to_string(h.shape[i]);
+      throw usage_error(flag + "expected a 1-D array of R/2 = " + std::to_string(pairs) +
+                        " inverse frequencies (rotary dim R = " + std::to_string(2 * pairs) +
+                        "), got shape " + shape + "]");
+    }
+    posenc::rope_frequencies freqs = h.type == posenc::io::dtype::f32
+                                         ? posenc::rope_frequencies::from_inv_freq(
+                                               posenc::io::read_npy<float>(path).data, 2 * pairs)
+                                         : posenc::rope_frequencies::from_inv_freq(
+                                               posenc::io::read_npy<double>(path).data, 2 * pairs);
+    if (cfg.attention_factor) {
+      const double af = *cfg.attention_factor;
+      if (!(std::isfinite(af) && af > 0.0))
+        throw usage_error("invalid value for --attention-factor: " + a.str("--attention-factor") +
+                          " (must be finite and > 0)");
+      freqs.attention_factor = af;
+    }
+    return freqs;
+  } catch (const posenc::error& e) {  // an unreadable file or a non-finite value: exit 1
+    throw std::runtime_error(flag + e.what());
+  }
+}
+
 /// The dtype of an .npy file: its rows are rotated and written back in that type.
 posenc::io::dtype file_dtype(const std::string& path) {
   posenc::io::detail::input_file f(path, "rope --in");
@@ -111,7 +166,8 @@ posenc::io::dtype file_dtype(const std::string& path) {
 }
 
 template <class Scalar>
-int rotate_file(const args& a, const posenc::rope_config& cfg) {
+int rotate_file(const args& a, const posenc::rope_config& cfg,
+                const std::optional<posenc::rope_frequencies>& file_freqs) {
   const std::string in = a.str("--in"), out = a.str("--out");
   auto x = posenc::io::read_npy<Scalar>(in);
   if (x.shape.size() != 2 && x.shape.size() != 3)
@@ -137,7 +193,8 @@ int rotate_file(const args& a, const posenc::rope_config& cfg) {
   posenc::rope_options opt;
   opt.cache = posenc::rope_cache_mode::on_the_fly;
   if (a.has("--float32-reference")) opt.precision = posenc::rope_precision::float32_reference;
-  posenc::rotary_embedding<Scalar> rope(cfg, seq_len, opt);
+  posenc::rotary_embedding<Scalar> rope(
+      cfg.head_dim, file_freqs ? *file_freqs : cfg.frequencies(seq_len), cfg.pairing, opt);
   const auto& f = rope.frequencies();
 
   // Both files or neither: each is written to a temporary and renamed only when both are.
@@ -156,9 +213,10 @@ int rotate_file(const args& a, const posenc::rope_config& cfg) {
   std::cout << "wrote " << out << ": [" << len;
   if (x.shape.size() == 3) std::cout << ", " << heads;
   std::cout << ", " << width << "] " << dtype_name<Scalar>() << ", "
-            << posenc::to_string(cfg.scaling) << ", " << posenc::to_string(cfg.pairing)
-            << ", rotary dim " << rope.rotary_dim() << ", positions " << offset << ".."
-            << offset + len - 1 << "\n";
+            << (file_freqs ? "inv_freq from " + a.str("--inv-freq-in")
+                           : std::string(posenc::to_string(cfg.scaling)))
+            << ", " << posenc::to_string(cfg.pairing) << ", rotary dim " << rope.rotary_dim()
+            << ", positions " << offset << ".." << offset + len - 1 << "\n";
   if (a.has("--print-attention-factor"))
     std::cout << "attention_factor " << std::setprecision(17) << f.attention_factor << "\n";
   return 0;
@@ -178,7 +236,8 @@ command rope_command() {
       "              [--mscale-all-dim X] [--attention-factor X] [--low-freq-factor X]\n"
       "              [--high-freq-factor X] [--short-factor a,b,...] [--long-factor a,b,...]\n"
       "              [--xpos-scale-base X] [--key] [--float32-reference]\n"
-      "              [--offset P] [--inv-freq-out F.npy] [--print-attention-factor]\n"
+      "              [--offset P] [--inv-freq-in F.npy] [--inv-freq-out F.npy]\n"
+      "              [--print-attention-factor]\n"
       "              --in X.npy --out Y.npy";
   c.flags = {
       {"--head-dim", "D", "per-head dim D: the width of each row of X", true},
@@ -207,14 +266,20 @@ command rope_command() {
       {"--offset", "P", "position of the first row (default 0): rows are P..P+L-1", false},
       {"--in", "X.npy", "input rows [L, D] (or [L, H, D]), float32 or float64", true},
       {"--out", "Y.npy", "output, same shape and dtype as the input", true},
+      {"--inv-freq-in", "F.npy",
+       "a model's own inv_freq [R/2] (1-D f32/f64): replaces --base, --scaling and their flags",
+       false},
       {"--inv-freq-out", "F.npy", "also write the effective inv_freq [R/2] (float64)", false},
       {"--print-attention-factor", "", "print the attention factor applied to cos and sin", false},
   };
   c.run = [](const args& a) {
+    if (a.has("--inv-freq-in")) reject_replaced_by_inv_freq_in(a);
     const posenc::rope_config cfg = config_from(a);
+    std::optional<posenc::rope_frequencies> file_freqs;
+    if (a.has("--inv-freq-in")) file_freqs = frequencies_from_file(a, cfg);
     const std::string in = a.str("--in");
-    if (file_dtype(in) == posenc::io::dtype::f64) return rotate_file<double>(a, cfg);
-    return rotate_file<float>(a, cfg);
+    if (file_dtype(in) == posenc::io::dtype::f64) return rotate_file<double>(a, cfg, file_freqs);
+    return rotate_file<float>(a, cfg, file_freqs);
   };
   return c;
 }

@@ -3,7 +3,8 @@
 independent references (tests/reference/rotary.py for the rotation,
 tests/reference/rope_scaling.py for the scaled frequencies): every pairing and scaling,
 partial rotary, offsets, float32 and float64 files, --inv-freq-out and
---print-attention-factor; and its errors (non-zero exit, one line on stderr, no file).
+--print-attention-factor, --inv-freq-in against tests/reference/rope_float32_hf.py (HF's float32
+sequence); and its errors (non-zero exit, one line on stderr, no file).
 
 Usage:  test_cli_rope.py PATH/TO/posenc
 """
@@ -17,6 +18,7 @@ from cli_testlib import (expect, expect_nothing_left, expect_one_line_error, np,
 import cli_testlib
 import rotary as rot  # noqa: E402  (tests/reference, put on sys.path by cli_testlib)
 import rope_scaling as sc  # noqa: E402
+import rope_float32_hf as hf  # noqa: E402
 
 
 def rope(cli, tmp, x, *argv):
@@ -98,6 +100,89 @@ def check_zero_heads(cli, tmp):
     remove(xin, out)
 
 
+def check_inv_freq_in(cli, tmp, rng):
+    """Issue 26: --inv-freq-in F.npy rotates with a framework's own inverse frequencies. With
+    HF's float32 inv_freq and --float32-reference the rows are HF's float32 computation
+    (tests/reference/rope_float32_hf.py) within the bound of test_rope_inv_freq.cpp, at
+    positions 1e5.., where posenc's own frequencies (--base) are far outside it."""
+    fin = os.path.join(tmp, "inv_in.npy")
+    d, offset = 128, 100000
+    x = rng.standard_normal((8, d)).astype(np.float32)
+    pos = np.arange(offset, offset + 8)
+    for base in hf.BASES:
+        inv = hf.hf_inv_freq(base, d)
+        np.save(fin, inv)
+        want = hf.hf_rotate(x, pos, inv).astype(np.float64)
+        bound = hf.pair_bound(x)
+        y, f, so = rope(cli, tmp, x, "--head-dim", d, "--inv-freq-in", fin, "--float32-reference",
+                        "--offset", offset)
+        if y is None:
+            continue
+        worst = np.max(np.abs(y.astype(np.float64) - want) / bound)
+        expect(y.dtype == np.float32 and worst <= 1.0,
+               f"--inv-freq-in HF base {base}: {worst:.3g} of the float32 bound")
+        expect(f.dtype == np.float64 and np.array_equal(f, inv.astype(np.float64)),
+               f"--inv-freq-in base {base}: --inv-freq-out is the file's values, bit for bit")
+        expect("inv_freq from " + fin in so, f"--inv-freq-in base {base}: stdout {so!r}")
+        own, _, _ = rope(cli, tmp, x, "--head-dim", d, "--base", base, "--float32-reference",
+                         "--offset", offset)
+        if own is not None:
+            far = np.max(np.abs(own.astype(np.float64) - want) / bound)
+            expect(far > 1000, f"own frequencies base {base}: only {far:.3g} of the bound")
+
+    # float64 frequencies, partial rotary, interleaved, an attention factor: exact mode
+    inv = rng.uniform(0.01, 1.0, 4)
+    np.save(fin, inv)
+    x = rng.standard_normal((5, 16))
+    y, f, so = rope(cli, tmp, x, "--head-dim", 16, "--rotary-dim", 8, "--pairing", "interleaved",
+                    "--inv-freq-in", fin, "--attention-factor", 1.5, "--offset", 7,
+                    "--print-attention-factor")
+    if y is not None:
+        want = rot.rotate(x, np.arange(7, 12), inv, "interleaved", attention_factor=1.5)
+        expect(np.max(np.abs(y - want)) < 1e-12, "--inv-freq-in float64, interleaved, partial")
+        expect(np.array_equal(y[:, 8:], x[:, 8:]), "--inv-freq-in: tail untouched")
+        expect(np.array_equal(f, inv), "--inv-freq-in float64: --inv-freq-out equal")
+        expect(attention_factor_of(so) == 1.5, "--inv-freq-in with --attention-factor 1.5")
+
+    # errors: non-zero exit, one line naming the flag, nothing written
+    xin, out = os.path.join(tmp, "x_err.npy"), os.path.join(tmp, "never.npy")
+    np.save(xin, rng.standard_normal((3, 16)))
+    files = {
+        "short": np.full(7, 0.5, np.float32),
+        "rank2": np.full((2, 4), 0.5, np.float32),
+        "ints": np.arange(8, dtype=np.int64),
+        "f16": np.full(8, 0.5, np.float16),
+        "nan": np.array([1.0, np.nan, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]),
+        "ok": np.full(8, 0.5, np.float32),
+    }
+    for name, arr in files.items():
+        np.save(os.path.join(tmp, name + ".npy"), arr)
+    p = lambda name: os.path.join(tmp, name + ".npy")  # noqa: E731
+    bad = [
+        (["--inv-freq-in", p("short")], f"--inv-freq-in {p('short')}: expected a 1-D array of "
+         "R/2 = 8 inverse frequencies (rotary dim R = 16), got shape [7]"),
+        (["--rotary-dim", 8, "--inv-freq-in", p("ok")], "R/2 = 4 inverse frequencies (rotary dim "
+         "R = 8), got shape [8]"),
+        (["--inv-freq-in", p("rank2")], "got shape [2, 4]"),
+        (["--inv-freq-in", p("ints")], f"--inv-freq-in {p('ints')}: dtype '<i8' (must be float32 "
+         "or float64)"),
+        (["--inv-freq-in", p("f16")], "dtype '<f2' (must be float32 or float64)"),
+        (["--inv-freq-in", p("nan")], "inv_freq[1] = nan: must be finite"),
+        (["--inv-freq-in", p("missing")], f"--inv-freq-in {p('missing')}:"),
+        (["--inv-freq-in", p("ok"), "--attention-factor", -1],
+         "invalid value for --attention-factor: -1 (must be finite and > 0)"),
+    ]
+    for flag, value in (("--base", 500000), ("--scaling", "linear"), ("--factor", 2),
+                        ("--seq-len", 10), ("--original-max", 64), ("--xpos-scale-base", 256),
+                        ("--short-factor", "1,1,1,1,1,1,1,1")):
+        bad.append((["--inv-freq-in", p("ok"), flag, value],
+                    f"{flag} is not used with --inv-freq-in (the file replaces the frequencies)"))
+    for argv, needle in bad:
+        rc, so, se = run(cli, "rope", "--head-dim", 16, *argv, "--in", xin, "--out", out)
+        expect_one_line_error(argv, rc, se, out=out, needle=needle)
+    remove(xin, fin, *(p(name) for name in files))
+
+
 def main():
     cli = cli_testlib.cli_path(__doc__)
     if cli is None:
@@ -111,12 +196,12 @@ def main():
                      "--original-max", "--seq-len", "--beta-fast", "--beta-slow", "--mscale",
                      "--mscale-all-dim", "--attention-factor", "--low-freq-factor",
                      "--high-freq-factor", "--short-factor", "--long-factor", "--offset", "--in",
-                     "--out", "--inv-freq-out", "--print-attention-factor"]:
+                     "--out", "--inv-freq-in", "--inv-freq-out", "--print-attention-factor"]:
             expect(rc == 0 and flag in so, f"rope --help mentions {flag}")
         # the synopsis (between "Usage:" and "Flags:") names every flag, not only the table
         synopsis = so.split("Flags:")[0]
         for flag in ["--xpos-scale-base", "--key", "--float32-reference", "--offset",
-                     "--inv-freq-out", "--print-attention-factor", "--in", "--out"]:
+                     "--inv-freq-in", "--inv-freq-out", "--print-attention-factor", "--in", "--out"]:
             expect(rc == 0 and flag in synopsis, f"rope usage synopsis mentions {flag}")
 
         # unscaled models: Llama-2 (half), GPT-J (interleaved, partial), Pythia (partial)
@@ -280,6 +365,7 @@ def main():
 
         check_all_or_nothing(cli, tmp, rng)
         check_zero_heads(cli, tmp)
+        check_inv_freq_in(cli, tmp, rng)
 
     return cli_testlib.finish("test_cli_rope")
 

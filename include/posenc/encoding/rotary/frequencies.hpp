@@ -79,8 +79,9 @@ struct rope_frequencies {
   }
 
   /// Inverse frequencies a framework already holds (e.g. a Hugging Face model's float32
-  /// `inv_freq` buffer), used as given instead of being computed from a base: `count` =
-  /// rotary_dim / 2 float or double values w_i, radians per position. Attention factor 1, no
+  /// `inv_freq` buffer), used as given instead of being computed from a base: `values`,
+  /// `count` = rotary_dim / 2 float or double w_i, radians per position (errors call them
+  /// inv_freq). Attention factor 1, no
   /// xPos (set the fields afterwards to change that).
   ///
   /// Float values widen to double exactly, and the float32_reference precision rounds each
@@ -92,7 +93,7 @@ struct rope_frequencies {
   /// Throws posenc::error unless `rotary_dim` is even and positive, `count` equals
   /// rotary_dim / 2 (the message names both), and every value is finite.
   template <class T>
-  static rope_frequencies from_inv_freq(const T* inv_freq, Index count, Index rotary_dim) {
+  static rope_frequencies from_inv_freq(const T* values, Index count, Index rotary_dim) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "posenc::rope_frequencies::from_inv_freq: values must be float or double");
     const char* where = "rope_frequencies::from_inv_freq";
@@ -102,11 +103,11 @@ struct rope_frequencies {
     detail::require(count == rotary_dim / 2, where, "inv_freq.size()", count,
                     "must equal rotary_dim / 2 = " + std::to_string(rotary_dim / 2) +
                         " (rotary_dim = " + std::to_string(rotary_dim) + ")");
-    detail::require(inv_freq != nullptr, where, "inv_freq", "nullptr", "needs memory");
+    detail::require(values != nullptr, where, "inv_freq", "nullptr", "needs memory");
     rope_frequencies f;
     f.inv_freq.resize(static_cast<std::size_t>(count));
     for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
-      const double w = static_cast<double>(inv_freq[i]);
+      const double w = static_cast<double>(values[i]);
       if (!std::isfinite(w))
         detail::fail(where, "inv_freq[" + std::to_string(i) + "]", w, "must be finite");
       f.inv_freq[i] = w;
@@ -116,22 +117,22 @@ struct rope_frequencies {
 
   /// from_inv_freq of a std::vector<float> or std::vector<double> (see the pointer form).
   template <class T>
-  static rope_frequencies from_inv_freq(const std::vector<T>& inv_freq, Index rotary_dim) {
-    return from_inv_freq(inv_freq.data(), static_cast<Index>(inv_freq.size()), rotary_dim);
+  static rope_frequencies from_inv_freq(const std::vector<T>& values, Index rotary_dim) {
+    return from_inv_freq(values.data(), static_cast<Index>(values.size()), rotary_dim);
   }
 
   /// from_inv_freq of an Eigen vector (row or column) or expression of float or double
   /// (see the pointer form). Throws posenc::error naming `inv_freq` for a matrix that is
   /// not a vector.
   template <class Derived>
-  static rope_frequencies from_inv_freq(const Eigen::MatrixBase<Derived>& inv_freq,
+  static rope_frequencies from_inv_freq(const Eigen::MatrixBase<Derived>& values,
                                         Index rotary_dim) {
     using T = typename Derived::Scalar;
-    detail::require(inv_freq.rows() == 1 || inv_freq.cols() == 1, "rope_frequencies::from_inv_freq",
+    detail::require(values.rows() == 1 || values.cols() == 1, "rope_frequencies::from_inv_freq",
                     "inv_freq",
-                    std::to_string(inv_freq.rows()) + " x " + std::to_string(inv_freq.cols()),
+                    std::to_string(values.rows()) + " x " + std::to_string(values.cols()),
                     "must be a vector (one row or one column)");
-    const Eigen::Matrix<T, Eigen::Dynamic, 1> v = inv_freq.derived().reshaped();
+    const Eigen::Matrix<T, Eigen::Dynamic, 1> v = values.derived().reshaped();
     return from_inv_freq(v.data(), static_cast<Index>(v.size()), rotary_dim);
   }
 };
