@@ -11,11 +11,14 @@
 /// The rotation runs in double on the kernel's working copies; the inputs are untouched.
 /// Backward: the transposed rotation (rotary_embedding::invert) maps dq', dk' to dq, dk.
 ///
-///     posenc::rotary_policy rope(posenc::rotary_embedding<double>(64));   // half pairing
-///     auto out = posenc::attention(q, k, v, opt, rope);
+///     posenc::rotary_policy rope(128);                          // plain RoPE, head dim 128
+///     posenc::rotary_policy scaled(cfg, /*seq_len=*/32768);     // a rope_config
+///     posenc::rotary_policy same(my_rotary_embedding_float);    // any rotary_embedding
+///     auto out = posenc::attention(q, k, v, opt, scaled);
 
 #include <Eigen/Core>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "../core/error.hpp"
@@ -35,6 +38,22 @@ class rotary_policy : public policy_base {
   /// Takes a double-precision rotary embedding (any configuration).
   explicit rotary_policy(rotary_embedding<double> rope)
       : rope_(std::make_shared<rotary_embedding<double>>(std::move(rope))) {}
+
+  /// The same rotation as `rope` (a rotary embedding of any scalar and CPU backend): its
+  /// frequencies, attention factor, xPos, pairing and options, computed in double.
+  template <
+      class Scalar, class Backend,
+      std::enable_if_t<!std::is_same_v<Scalar, double> || !std::is_same_v<Backend, default_backend>,
+                       int> = 0>
+  explicit rotary_policy(const rotary_embedding<Scalar, Backend>& rope)
+      : rotary_policy(rotary_embedding<double>(rope.head_dim(), rope.frequencies(), rope.pairing(),
+                                               rope.options())) {}
+
+  /// From a configuration (any scaling), as rotary_embedding(config, seq_len) builds it:
+  /// `seq_len` is the length the frequencies are for (dynamic NTK and LongRoPE depend on it;
+  /// 0 = within the original context). Throws posenc::error naming the invalid field.
+  explicit rotary_policy(const rope_config& config, Index seq_len = 0, rope_options options = {})
+      : rotary_policy(rotary_embedding<double>(config, seq_len, options)) {}
 
   /// Plain RoPE: head dim D, rotary dim r (-1 = D), base, pairing half (Hugging Face).
   explicit rotary_policy(Index head_dim, double base = 10000.0, Index rotary_dim = -1)
