@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzing: builds the harnesses of tests/fuzz (the .npy and .safetensors readers, Hugging
-# Face config.json text, the CLI's argument parser) with clang++, libFuzzer,
+# Fuzzing: builds the harnesses of tests/fuzz (the .npy, .safetensors and GGUF readers,
+# Hugging Face config.json text, the CLI's argument parser) with clang++, libFuzzer,
 # AddressSanitizer and UndefinedBehaviorSanitizer (-O1 -g, -fno-sanitize-recover=all: any
 # report aborts), then runs each for FUZZ_SECONDS on a fresh copy of its seed corpus
 # (tests/fuzz/corpus/<harness>/) with its dictionary of tokens (tests/fuzz/dict/), two
@@ -16,7 +16,8 @@
 #
 # Usage: scripts/fuzz.sh [build dir]        (default build/fuzz)
 # Environment: FUZZ_SECONDS (default 60), FUZZ_PARALLEL (default 2: the CI machine's
-#   cores), FUZZ_HARNESSES (default "npy safetensors hf_config cli"), CXX (default clang++)
+#   cores), FUZZ_HARNESSES (default "npy safetensors gguf hf_config cli"), CXX (default
+#   clang++)
 # Needs: POSENC_EXTRA_PACKAGES="clang libclang-rt-dev" scripts/install_deps.sh (libFuzzer
 #   and the sanitizer runtimes are in libclang-rt-14-dev, only a Recommends of clang)
 set -euo pipefail
@@ -25,10 +26,10 @@ cd "$(dirname "$0")/.."
 dir="${1:-build/fuzz}"
 seconds="${FUZZ_SECONDS:-60}"
 parallel="${FUZZ_PARALLEL:-2}"
-read -r -a harnesses <<<"${FUZZ_HARNESSES:-npy safetensors hf_config cli}"
+read -r -a harnesses <<<"${FUZZ_HARNESSES:-npy safetensors gguf hf_config cli}"
 cxx="${CXX:-clang++}"
 # the largest input each fuzzer makes: room for every seed and its mutations
-declare -A max_len=([npy]=4096 [safetensors]=8192 [hf_config]=4096 [cli]=1024)
+declare -A max_len=([npy]=4096 [safetensors]=8192 [gguf]=8192 [hf_config]=4096 [cli]=1024)
 start=$SECONDS
 
 # libFuzzer must link: say what to install rather than fail deep in the build
