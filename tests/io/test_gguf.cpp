@@ -669,3 +669,49 @@ TEST_CASE("gguf model_config: errors name the key and the value", "[io][gguf][mo
   CHECK(io::model_config_from_gguf(g, posenc::rope_pairing::half).rope.pairing ==
         posenc::rope_pairing::half);
 }
+
+TEST_CASE("gguf: the fuzz seeds, written by an independent Python writer, read back",
+          "[io][gguf][model_config]") {
+  // tests/fuzz/make_gguf_inputs.py writes them from the format description with struct
+  const std::string dir = data_path("../fuzz/corpus/gguf/");
+  {
+    io::gguf_file g(dir + "llama31.gguf");
+    const io::model_config m = io::model_config_from_gguf(g);
+    CHECK(m.num_attention_heads == 32);
+    CHECK(m.num_key_value_heads == 8);
+    CHECK(m.head_dim == 128);
+    CHECK(m.rope.freq_factors.size() == 64);
+    CHECK(*g.get_strings("tokenizer.ggml.tokens") == std::vector<std::string>{"<s>", "a", "b"});
+    CHECK(g.tensor_info("blk.0.attn_q.weight").type_name == "Q4_K");
+    CHECK(g.tensor_info("blk.0.attn_q.weight").bytes == std::optional<std::uint64_t>(288));
+  }
+  {
+    io::gguf_file g(dir + "qwen2_yarn.gguf");
+    CHECK(io::model_config_from_gguf(g).rope.scaling == posenc::rope_scaling_type::yarn);
+  }
+  {
+    io::gguf_file g(dir + "phi3_longrope.gguf");
+    const io::model_config m = io::model_config_from_gguf(g);
+    CHECK(m.rope.scaling == posenc::rope_scaling_type::longrope);
+    CHECK(m.rope.long_factor[47] == 48.0);
+  }
+  {
+    io::gguf_file g(dir + "gemma.gguf");
+    CHECK(io::model_config_from_gguf(g).head_dim == 256);
+  }
+  io::gguf_file g(dir + "all_types_v2.gguf");
+  CHECK(g.version() == 2);
+  CHECK(g.alignment() == 64);
+  CHECK(*g.get_integer("i16") == -30000);
+  CHECK(g.find("u64")->u == (std::uint64_t{1} << 63) + 5);
+  CHECK(*g.get_number("f64") == 3.141592653589793);
+  CHECK(g.find("arr")->element(2).element(0).element_type == io::gguf_type::uint16);
+  CHECK(g.read<double>("f16").data == std::vector<double>{1.0, -2.0});
+  CHECK(g.read<double>("bf16").data == std::vector<double>{1.0});
+  CHECK(g.read<double>("f64").data == std::vector<double>{0.5});
+  CHECK(g.read<std::int64_t>("i32").data == std::vector<std::int64_t>{-7});
+  CHECK(g.read<std::int64_t>("i64").data == std::vector<std::int64_t>{9});
+  CHECK(g.read<float>("f32").shape == std::vector<Index>{2, 2});
+  CHECK(g.tensor_info("q8").bytes == std::optional<std::uint64_t>(34));
+  CHECK_FALSE(g.tensor_info("unknown").bytes.has_value());
+}

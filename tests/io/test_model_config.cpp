@@ -211,6 +211,11 @@ TEST_CASE("model_config: bad values name the key and the value", "[io][model_con
   POSENC_REQUIRE_ERROR(bad("\"rope_theta\": 500000.0", "\"rope_theta\": \"x\""), "rope_theta");
   POSENC_REQUIRE_ERROR(bad("\"vocab_size\": 128256\n}", "\"vocab_size\": 128256,\n}"),
                        "invalid JSON");
+  // the library's limits (core/limits.hpp)
+  POSENC_REQUIRE_ERROR(bad("\"num_attention_heads\": 32", "\"num_attention_heads\": 131072"),
+                       "num_attention_heads = 131072: must be <= 65536");
+  POSENC_REQUIRE_ERROR(bad("\"hidden_act\"", "\"head_dim\": 4194304, \"hidden_act\""),
+                       "head_dim = 4194304: must be <= 2^20");
   // GPT-J's own names are checked the same way
   POSENC_REQUIRE_ERROR(
       io::model_config_from_hf_json(edited("gpt-j-6b.json", "\"n_head\": 16", "\"n_head\": 15")),

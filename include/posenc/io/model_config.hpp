@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/limits.hpp"
 #include "../encoding/rotary/hf_config.hpp"
 #include "gguf.hpp"
 
@@ -102,12 +103,16 @@ inline void settle_shape(model_config& m, std::optional<Index> head_dim, const c
                          const std::string& hidden_key, const std::string& head_dim_key) {
   using posenc::detail::require;
   require(m.num_attention_heads > 0, where, heads_key, m.num_attention_heads, "must be > 0");
+  // sizes a kernel later allocates from: the library's limits (core/limits.hpp)
+  posenc::detail::check_heads_limit(where, heads_key.c_str(), m.num_attention_heads);
+  posenc::detail::check_dim_limit(where, hidden_key.c_str(), m.hidden_size);
   require(m.num_key_value_heads > 0 && m.num_attention_heads % m.num_key_value_heads == 0, where,
           kv_key, m.num_key_value_heads,
           "must be > 0 and divide " + heads_key + " = " + std::to_string(m.num_attention_heads));
   require(m.hidden_size > 0, where, hidden_key, m.hidden_size, "must be > 0");
   if (head_dim) {
     require(*head_dim > 0, where, head_dim_key, *head_dim, "must be > 0");
+    posenc::detail::check_dim_limit(where, head_dim_key.c_str(), *head_dim);
     m.head_dim = *head_dim;
   } else {
     require(m.hidden_size % m.num_attention_heads == 0, where, heads_key, m.num_attention_heads,
