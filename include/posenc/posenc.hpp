@@ -17,7 +17,6 @@
 
 // File formats.
 #include "io/gguf.hpp"
-#include "io/model_config.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensor.hpp"
@@ -27,6 +26,7 @@
 #include "encoding/learned.hpp"
 #include "encoding/properties.hpp"
 #include "encoding/rotary.hpp"
+#include "encoding/rotary/model_config.hpp"
 #include "encoding/shaw.hpp"
 #include "encoding/sinusoidal.hpp"
 #include "encoding/transformer_xl.hpp"

@@ -1,5 +1,6 @@
 // Fuzz harness: the GGUF reader (posenc/io/gguf.hpp) and the model config built from its
-// metadata (io::model_config_from_gguf, posenc/io/model_config.hpp) on arbitrary bytes.
+// metadata (posenc::model_config_from_gguf, posenc/encoding/rotary/model_config.hpp) on
+// arbitrary bytes.
 //
 // The input is written to a file and opened with io::gguf_file. An accepted file must be
 // self-consistent: each key and tensor name is found again by lookup, every array element
@@ -11,8 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <posenc/encoding/rotary/model_config.hpp>
 #include <posenc/io/gguf.hpp>
-#include <posenc/io/model_config.hpp>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,9 @@ void walk(const io::gguf_value& v) {
 }
 
 void use_config(io::gguf_file& g) {
-  io::model_config m;
-  if (posenc_fuzz::guarded("model_config_from_gguf", [&] { m = io::model_config_from_gguf(g); })) {
+  posenc::model_config m;
+  if (posenc_fuzz::guarded("model_config_from_gguf",
+                           [&] { m = posenc::model_config_from_gguf(g); })) {
     if (m.num_attention_heads <= 0 || m.num_key_value_heads <= 0 || m.head_dim <= 0 ||
         m.num_attention_heads % m.num_key_value_heads != 0 || m.rotary_dim > m.head_dim)
       posenc_fuzz::fail("model_config_from_gguf", "accepted an inconsistent shape");
@@ -43,8 +45,9 @@ void use_config(io::gguf_file& g) {
       if (m.max_position_embeddings > 0) (void)m.rope.frequencies(m.max_position_embeddings + 1);
     });
   }
-  posenc_fuzz::guarded("model_config_from_gguf with a pairing",
-                       [&] { (void)io::model_config_from_gguf(g, posenc::rope_pairing::half); });
+  posenc_fuzz::guarded("model_config_from_gguf with a pairing", [&] {
+    (void)posenc::model_config_from_gguf(g, posenc::rope_pairing::half);
+  });
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // io::gguf_file on GGUF files this test writes byte by byte from the published format
 // description (ggml docs/gguf.md): every metadata value type round-trips, tensors are listed
 // with their type, shape, offset and size, every truncation and many corruptions are a
-// posenc::error, and io::model_config_from_gguf maps llama.cpp's keys as the HF reader does.
+// posenc::error, and posenc::model_config_from_gguf maps llama.cpp's keys as the HF reader does.
 
 #include <cmath>
 #include <cstdint>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <posenc/encoding/rotary/model_config.hpp>
 #include <posenc/io/gguf.hpp>
-#include <posenc/io/model_config.hpp>
 #include <string>
 #include <vector>
 
@@ -517,9 +517,9 @@ gguf_builder llama31() {
 
 TEST_CASE("gguf model_config: Llama 3.1 as llama.cpp converts it", "[io][gguf][model_config]") {
   io::gguf_file g(write_bytes("llama31.gguf", llama31().bytes()));
-  const io::model_config m = io::model_config_from_gguf(g);
-  const io::model_config hf =
-      io::model_config_from_hf_json_file(data_path("configs/llama-3.1-8b.json"));
+  const posenc::model_config m = posenc::model_config_from_gguf(g);
+  const posenc::model_config hf =
+      posenc::model_config_from_hf_json_file(data_path("configs/llama-3.1-8b.json"));
   CHECK(m.model_type == "llama");
   CHECK(m.num_attention_heads == hf.num_attention_heads);
   CHECK(m.num_key_value_heads == hf.num_key_value_heads);
@@ -557,7 +557,7 @@ TEST_CASE("gguf model_config: qwen2 yarn, gemma key_length, phi3 longrope",
         .kv("qwen2.rope.scaling.factor", F32, f32_bytes(4.0f))
         .kv("qwen2.rope.scaling.original_context_length", U32, le_bytes(32768, 4));
     io::gguf_file g(write_bytes("qwen2.gguf", b.bytes()));
-    const io::model_config m = io::model_config_from_gguf(g);
+    const posenc::model_config m = posenc::model_config_from_gguf(g);
     CHECK(m.num_attention_heads == 28);
     CHECK(m.num_key_value_heads == 4);
     CHECK(m.head_dim == 128);
@@ -583,7 +583,7 @@ TEST_CASE("gguf model_config: qwen2 yarn, gemma key_length, phi3 longrope",
         .kv("gemma.attention.key_length", U32, le_bytes(256, 4))
         .kv("gemma.attention.value_length", U32, le_bytes(256, 4));
     io::gguf_file g(write_bytes("gemma.gguf", b.bytes()));
-    const io::model_config m = io::model_config_from_gguf(g);
+    const posenc::model_config m = posenc::model_config_from_gguf(g);
     CHECK(m.head_dim == 256);
     CHECK(m.rotary_dim == 256);
     CHECK(m.rope.base == 10000.0);
@@ -607,7 +607,7 @@ TEST_CASE("gguf model_config: qwen2 yarn, gemma key_length, phi3 longrope",
     b.tensor("rope_factors_long.weight", {48}, 0, f32s(l))
         .tensor("rope_factors_short.weight", {48}, 0, f32s(s));
     io::gguf_file g(write_bytes("phi3.gguf", b.bytes()));
-    const io::model_config m = io::model_config_from_gguf(g);
+    const posenc::model_config m = posenc::model_config_from_gguf(g);
     CHECK(m.head_dim == 96);
     REQUIRE(m.sliding_window.has_value());
     CHECK(*m.sliding_window == 262144);
@@ -634,11 +634,11 @@ TEST_CASE("gguf model_config: errors name the key and the value", "[io][gguf][mo
   };
   const auto config_error = [](const gguf_builder& b) {
     io::gguf_file g(write_bytes("cfg.gguf", b.bytes()));
-    return error_of([&] { (void)io::model_config_from_gguf(g); });
+    return error_of([&] { (void)posenc::model_config_from_gguf(g); });
   };
   {
     io::gguf_file g(write_bytes("cfg_ok.gguf", with("", 0, "").bytes()));
-    const io::model_config m = io::model_config_from_gguf(g);
+    const posenc::model_config m = posenc::model_config_from_gguf(g);
     CHECK(m.num_key_value_heads == 32);  // absent: equal to the heads
     CHECK(m.head_dim == 128);
     CHECK(m.max_position_embeddings == 0);
@@ -666,7 +666,7 @@ TEST_CASE("gguf model_config: errors name the key and the value", "[io][gguf][mo
       .kv("mystery.attention.head_count", U32, le_bytes(8, 4));
   CHECK(config_error(odd).find("general.architecture = \"mystery\"") != std::string::npos);
   io::gguf_file g(write_bytes("mystery.gguf", odd.bytes()));
-  CHECK(io::model_config_from_gguf(g, posenc::rope_pairing::half).rope.pairing ==
+  CHECK(posenc::model_config_from_gguf(g, posenc::rope_pairing::half).rope.pairing ==
         posenc::rope_pairing::half);
 }
 
@@ -676,7 +676,7 @@ TEST_CASE("gguf: the fuzz seeds, written by an independent Python writer, read b
   const std::string dir = data_path("../fuzz/corpus/gguf/");
   {
     io::gguf_file g(dir + "llama31.gguf");
-    const io::model_config m = io::model_config_from_gguf(g);
+    const posenc::model_config m = posenc::model_config_from_gguf(g);
     CHECK(m.num_attention_heads == 32);
     CHECK(m.num_key_value_heads == 8);
     CHECK(m.head_dim == 128);
@@ -687,17 +687,17 @@ TEST_CASE("gguf: the fuzz seeds, written by an independent Python writer, read b
   }
   {
     io::gguf_file g(dir + "qwen2_yarn.gguf");
-    CHECK(io::model_config_from_gguf(g).rope.scaling == posenc::rope_scaling_type::yarn);
+    CHECK(posenc::model_config_from_gguf(g).rope.scaling == posenc::rope_scaling_type::yarn);
   }
   {
     io::gguf_file g(dir + "phi3_longrope.gguf");
-    const io::model_config m = io::model_config_from_gguf(g);
+    const posenc::model_config m = posenc::model_config_from_gguf(g);
     CHECK(m.rope.scaling == posenc::rope_scaling_type::longrope);
     CHECK(m.rope.long_factor[47] == 48.0);
   }
   {
     io::gguf_file g(dir + "gemma.gguf");
-    CHECK(io::model_config_from_gguf(g).head_dim == 256);
+    CHECK(posenc::model_config_from_gguf(g).head_dim == 256);
   }
   io::gguf_file g(dir + "all_types_v2.gguf");
   CHECK(g.version() == 2);

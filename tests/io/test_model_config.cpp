@@ -1,7 +1,7 @@
-// io::model_config from Hugging Face config.json texts of seven model families as published
+// posenc::model_config from Hugging Face config.json texts of seven model families as published
 // on the hub (tests/data/configs/), every field checked, and the errors for bad values.
 
-#include <posenc/io/model_config.hpp>
+#include <posenc/encoding/rotary/model_config.hpp>
 #include <string>
 
 #include "io_test_util.hpp"
@@ -18,8 +18,8 @@ namespace io = posenc::io;
 
 namespace {
 
-io::model_config config(const std::string& name) {
-  return io::model_config_from_hf_json_file(data_path("configs/" + name));
+posenc::model_config config(const std::string& name) {
+  return posenc::model_config_from_hf_json_file(data_path("configs/" + name));
 }
 
 /// The text of a shipped config with `from` replaced by `to` (which must occur once).
@@ -34,7 +34,7 @@ std::string edited(const std::string& name, const std::string& from, const std::
 }  // namespace
 
 TEST_CASE("model_config: Llama 3.1 8B (GQA, llama3 scaling)", "[io][model_config]") {
-  const io::model_config m = config("llama-3.1-8b.json");
+  const posenc::model_config m = config("llama-3.1-8b.json");
   CHECK(m.model_type == "llama");
   CHECK(m.num_attention_heads == 32);
   CHECK(m.num_key_value_heads == 8);
@@ -56,7 +56,7 @@ TEST_CASE("model_config: Llama 3.1 8B (GQA, llama3 scaling)", "[io][model_config
 
 TEST_CASE("model_config: Qwen2 7B (sliding_window off by use_sliding_window)",
           "[io][model_config]") {
-  const io::model_config m = config("qwen2-7b.json");
+  const posenc::model_config m = config("qwen2-7b.json");
   CHECK(m.model_type == "qwen2");
   CHECK(m.num_attention_heads == 28);
   CHECK(m.num_key_value_heads == 4);
@@ -69,14 +69,14 @@ TEST_CASE("model_config: Qwen2 7B (sliding_window off by use_sliding_window)",
   CHECK(m.rope.scaling == rope_scaling_type::none);
   CHECK(m.rope.pairing == rope_pairing::half);
   // the same file with the window switched on
-  const io::model_config on = io::model_config_from_hf_json(
+  const posenc::model_config on = posenc::model_config_from_hf_json(
       edited("qwen2-7b.json", "\"use_sliding_window\": false", "\"use_sliding_window\": true"));
   REQUIRE(on.sliding_window.has_value());
   CHECK(*on.sliding_window == 131072);
 }
 
 TEST_CASE("model_config: Mistral 7B v0.1 (sliding window 4096)", "[io][model_config]") {
-  const io::model_config m = config("mistral-7b-v0.1.json");
+  const posenc::model_config m = config("mistral-7b-v0.1.json");
   CHECK(m.model_type == "mistral");
   CHECK(m.num_attention_heads == 32);
   CHECK(m.num_key_value_heads == 8);
@@ -89,13 +89,13 @@ TEST_CASE("model_config: Mistral 7B v0.1 (sliding window 4096)", "[io][model_con
   CHECK(m.rope.base == 10000.0);
   CHECK(m.rope.scaling == rope_scaling_type::none);
   // v0.2 and later ship "sliding_window": null
-  const io::model_config v2 = io::model_config_from_hf_json(
+  const posenc::model_config v2 = posenc::model_config_from_hf_json(
       edited("mistral-7b-v0.1.json", "\"sliding_window\": 4096", "\"sliding_window\": null"));
   CHECK_FALSE(v2.sliding_window.has_value());
 }
 
 TEST_CASE("model_config: Phi-3 mini 128k (longrope short/long factors)", "[io][model_config]") {
-  const io::model_config m = config("phi-3-mini-128k-instruct.json");
+  const posenc::model_config m = config("phi-3-mini-128k-instruct.json");
   CHECK(m.model_type == "phi3");
   CHECK(m.num_attention_heads == 32);
   CHECK(m.num_key_value_heads == 32);
@@ -115,14 +115,14 @@ TEST_CASE("model_config: Phi-3 mini 128k (longrope short/long factors)", "[io][m
   const posenc::rope_config ref = posenc_test::phi3();
   CHECK(m.rope.frequencies(8192).inv_freq == ref.frequencies(8192).inv_freq);
   CHECK(m.rope.frequencies(8192).attention_factor == ref.frequencies(8192).attention_factor);
-  const io::model_config renamed = io::model_config_from_hf_json(
+  const posenc::model_config renamed = posenc::model_config_from_hf_json(
       edited("phi-3-mini-128k-instruct.json", "\"type\": \"su\"", "\"type\": \"longrope\""));
   CHECK(renamed.rope.scaling == rope_scaling_type::longrope);
   CHECK(renamed.rope.long_factor == posenc_test::phi3_long);
 }
 
 TEST_CASE("model_config: GPT-NeoX 20B (rotary_pct 0.25, no kv heads key)", "[io][model_config]") {
-  const io::model_config m = config("gpt-neox-20b.json");
+  const posenc::model_config m = config("gpt-neox-20b.json");
   CHECK(m.model_type == "gpt_neox");
   CHECK(m.num_attention_heads == 64);
   CHECK(m.num_key_value_heads == 64);  // absent: one kv head per head
@@ -138,7 +138,7 @@ TEST_CASE("model_config: GPT-NeoX 20B (rotary_pct 0.25, no kv heads key)", "[io]
 
 TEST_CASE("model_config: GPT-J 6B (n_head / n_embd / n_positions, interleaved)",
           "[io][model_config]") {
-  const io::model_config m = config("gpt-j-6b.json");
+  const posenc::model_config m = config("gpt-j-6b.json");
   CHECK(m.model_type == "gptj");
   CHECK(m.num_attention_heads == 16);
   CHECK(m.num_key_value_heads == 16);
@@ -154,7 +154,7 @@ TEST_CASE("model_config: GPT-J 6B (n_head / n_embd / n_positions, interleaved)",
 }
 
 TEST_CASE("model_config: Gemma 7B and 2B (head_dim 256 given, MQA)", "[io][model_config]") {
-  const io::model_config m7 = config("gemma-7b.json");
+  const posenc::model_config m7 = config("gemma-7b.json");
   CHECK(m7.model_type == "gemma");
   CHECK(m7.num_attention_heads == 16);
   CHECK(m7.num_key_value_heads == 16);
@@ -165,7 +165,7 @@ TEST_CASE("model_config: Gemma 7B and 2B (head_dim 256 given, MQA)", "[io][model
   CHECK(m7.rope.head_dim == 256);
   CHECK(m7.rope.scaling == rope_scaling_type::none);  // "rope_scaling": null
   CHECK_FALSE(m7.sliding_window.has_value());
-  const io::model_config m2 = config("gemma-2b.json");
+  const posenc::model_config m2 = config("gemma-2b.json");
   CHECK(m2.num_attention_heads == 8);
   CHECK(m2.num_key_value_heads == 1);
   CHECK(m2.head_dim == 256);
@@ -176,7 +176,7 @@ TEST_CASE("model_config: Gemma 7B and 2B (head_dim 256 given, MQA)", "[io][model
 TEST_CASE("model_config: bad values name the key and the value", "[io][model_config]") {
   const std::string l = "llama-3.1-8b.json";
   const auto bad = [&](const std::string& from, const std::string& to) {
-    return io::model_config_from_hf_json(edited(l, from, to));
+    return posenc::model_config_from_hf_json(edited(l, from, to));
   };
   POSENC_REQUIRE_ERROR(bad("\"num_attention_heads\": 32", "\"num_attention_heads\": -32"),
                        "num_attention_heads = -32: must be > 0");
@@ -217,9 +217,9 @@ TEST_CASE("model_config: bad values name the key and the value", "[io][model_con
   POSENC_REQUIRE_ERROR(bad("\"hidden_act\"", "\"head_dim\": 4194304, \"hidden_act\""),
                        "head_dim = 4194304: must be <= 2^20");
   // GPT-J's own names are checked the same way
-  POSENC_REQUIRE_ERROR(
-      io::model_config_from_hf_json(edited("gpt-j-6b.json", "\"n_head\": 16", "\"n_head\": 15")),
-      "n_head = 15: must divide n_embd = 4096");
-  POSENC_REQUIRE_ERROR(io::model_config_from_hf_json_file(data_path("configs/absent.json")),
+  POSENC_REQUIRE_ERROR(posenc::model_config_from_hf_json(
+                           edited("gpt-j-6b.json", "\"n_head\": 16", "\"n_head\": 15")),
+                       "n_head = 15: must divide n_embd = 4096");
+  POSENC_REQUIRE_ERROR(posenc::model_config_from_hf_json_file(data_path("configs/absent.json")),
                        "cannot be opened");
 }

@@ -3,11 +3,11 @@
 /// A model's attention shape and RoPE, read the way checkpoints ship them: from a Hugging
 /// Face `config.json` or from the metadata of a GGUF file (llama.cpp).
 ///
-///     io::model_config m = io::model_config_from_hf_json_file("Llama-3.1-8B/config.json");
+///     model_config m = model_config_from_hf_json_file("Llama-3.1-8B/config.json");
 ///     // m.num_attention_heads 32, m.num_key_value_heads 8, m.head_dim 128,
 ///     // m.rope: llama3 scaling, base 500000, half pairing
 ///     io::gguf_file g("llama-3.1-8b-q4_k_m.gguf");
-///     io::model_config n = io::model_config_from_gguf(g);    // the same shape; the RoPE
+///     model_config n = model_config_from_gguf(g);            // the same shape; the RoPE
 ///                                                            // as llama.cpp applies it
 ///
 /// The rope_config comes from encoding/rotary/hf_config.hpp (rope_config_from_hf_json,
@@ -23,13 +23,12 @@
 #include <string_view>
 #include <vector>
 
-#include "../core/error.hpp"
-#include "../core/limits.hpp"
-#include "../encoding/rotary/hf_config.hpp"
-#include "gguf.hpp"
+#include "../../core/error.hpp"
+#include "../../core/limits.hpp"
+#include "../../io/gguf.hpp"
+#include "hf_config.hpp"
 
 namespace posenc {
-namespace io {
 
 /// What an attention layer needs to know about a model, whatever the file named it.
 struct model_config {
@@ -79,7 +78,7 @@ inline std::string hf_param_text(const rope_param& v) {
 }
 
 /// The integer under the first of `keys` present (its name in `used`); none when absent.
-/// posenc::error "io::model_config: <key> = <value>: must be an integer" otherwise.
+/// posenc::error "model_config: <key> = <value>: must be an integer" otherwise.
 inline std::optional<Index> hf_integer(const rope_params& p,
                                        std::initializer_list<const char*> keys, std::string& used) {
   for (const char* key : keys) {
@@ -89,7 +88,7 @@ inline std::optional<Index> hf_integer(const rope_params& p,
     const double* d = std::get_if<double>(v);
     posenc::detail::require(
         d != nullptr && std::isfinite(*d) && std::floor(*d) == *d && std::fabs(*d) < 9.0e15,
-        "io::model_config", key, hf_param_text(*v), "must be an integer");
+        "model_config", key, hf_param_text(*v), "must be an integer");
     return static_cast<Index>(*d);
   }
   used = *keys.begin();
@@ -154,7 +153,7 @@ inline std::string read_config_text(const std::string& path, const char* where) 
 /// rope_config_from_hf_json rejects (invalid JSON, with its offset).
 inline model_config model_config_from_hf_json(std::string_view json_text,
                                               std::string_view layer_type = {}) {
-  constexpr const char* where = "io::model_config";
+  constexpr const char* where = "model_config";
   rope_params top, scaling;
   std::vector<std::string> nested;
   posenc::detail::read_hf_json(json_text, layer_type, top, scaling, nested);
@@ -211,8 +210,8 @@ inline model_config model_config_from_hf_json(std::string_view json_text,
 /// the path when it cannot be read.
 inline model_config model_config_from_hf_json_file(const std::string& path,
                                                    std::string_view layer_type = {}) {
-  return model_config_from_hf_json(
-      detail::read_config_text(path, "io::model_config_from_hf_json_file"), layer_type);
+  return model_config_from_hf_json(detail::read_config_text(path, "model_config_from_hf_json_file"),
+                                   layer_type);
 }
 
 /// The pairing llama.cpp rotates an architecture's q/k with (llama_model_rope_type): ggml
@@ -250,9 +249,9 @@ inline std::optional<rope_pairing> gguf_arch_pairing(std::string_view arch) noex
 ///
 /// Throws posenc::error naming the key (and its value) for a missing or mistyped key and
 /// the shape checks of model_config_from_hf_json.
-inline model_config model_config_from_gguf(gguf_file& g,
+inline model_config model_config_from_gguf(io::gguf_file& g,
                                            std::optional<rope_pairing> pairing = std::nullopt) {
-  constexpr const char* where = "io::model_config_from_gguf";
+  constexpr const char* where = "model_config_from_gguf";
   using posenc::detail::fail;
   using posenc::detail::require;
   const std::optional<std::string> arch = g.get_string("general.architecture");
@@ -301,8 +300,8 @@ inline model_config model_config_from_gguf(gguf_file& g,
   const std::optional<Index> orig = integer(".rope.scaling.original_context_length");
   const std::optional<double> attn = g.get_number(key(".rope.scaling.attn_factor"));
 
-  const gguf_tensor_info* shorts = g.find_tensor("rope_factors_short.weight");
-  const gguf_tensor_info* longs = g.find_tensor("rope_factors_long.weight");
+  const io::gguf_tensor_info* shorts = g.find_tensor("rope_factors_short.weight");
+  const io::gguf_tensor_info* longs = g.find_tensor("rope_factors_long.weight");
   if (shorts != nullptr && longs != nullptr) {
     // LongRoPE (Phi-3): llama.cpp picks the long factors past the original context
     rope_config c;
@@ -339,7 +338,7 @@ inline model_config model_config_from_gguf(gguf_file& g,
       fail(where, key(".rope.scaling.type"), "\"" + type + "\"",
            "not a type this reader maps (none, linear, yarn)");
     }
-    if (const gguf_tensor_info* f = g.find_tensor("rope_freqs.weight"))
+    if (const io::gguf_tensor_info* f = g.find_tensor("rope_freqs.weight"))
       p.freq_factors = g.read<double>(f->name).data;
     m.rope = rope_config_from_gguf(p);
   }
@@ -348,5 +347,4 @@ inline model_config model_config_from_gguf(gguf_file& g,
   return m;
 }
 
-}  // namespace io
 }  // namespace posenc
