@@ -130,6 +130,13 @@ void parallel_for(Index units, Index threads, F&& f) {
 }
 
 template <class Policy>
+constexpr bool flash_takes() {
+  constexpr position_bias form = bias_form_v<Policy>;
+  return (!Policy::has_value_term && !Policy::has_score_term) ||
+         form == position_bias::clipped_embeddings;
+}
+
+template <class Policy>
 constexpr void check_flash_policy() {
   constexpr position_bias form = bias_form_v<Policy>;
   static_assert(!Policy::has_value_term || form == position_bias::clipped_embeddings,
@@ -534,6 +541,11 @@ void checked_run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
 
 }  // namespace flash
 }  // namespace detail
+
+/// Whether the tiled kernel takes a policy: any but one with a score or value term other
+/// than clipped relative embeddings (transformer_xl_policy is reference-only).
+template <class Policy>
+inline constexpr bool flash_supports_v = detail::flash::flash_takes<Policy>();
 
 /// Tiled multi-head batched attention over strided views (shapes in the file comment):
 /// the reference multi_head_attention's results, computed block by block.
