@@ -573,6 +573,24 @@ TEST_CASE("gguf model_config: qwen2 yarn, gemma key_length, phi3 longrope",
     for (std::size_t i = 0; i < f.inv_freq.size(); ++i)
       CHECK(f.inv_freq[i] == Approx(r.inv_freq[i]).epsilon(1e-12));
   }
+  SECTION("linear: .rope.scaling.factor, or the older .rope.scale_linear") {
+    const auto linear = [](const std::string& factor_key) {
+      gguf_builder b;
+      b.kv("general.architecture", STR, gstr("llama"))
+          .kv("llama.embedding_length", U32, le_bytes(4096, 4))
+          .kv("llama.attention.head_count", U32, le_bytes(32, 4))
+          .kv("llama.rope.scaling.type", STR, gstr("linear"))
+          .kv(factor_key, F32, f32_bytes(4.0f));
+      io::gguf_file g(write_bytes("linear.gguf", b.bytes()));
+      return posenc::model_config_from_gguf(g).rope;
+    };
+    for (const char* k : {"llama.rope.scaling.factor", "llama.rope.scale_linear"}) {
+      INFO(k);
+      const posenc::rope_config r = linear(k);
+      CHECK(r.scaling == posenc::rope_scaling_type::linear);
+      CHECK(r.factor == 4.0);
+    }
+  }
   SECTION("gemma: key_length 256 is the head dim") {
     gguf_builder b;
     b.kv("general.architecture", STR, gstr("gemma"))

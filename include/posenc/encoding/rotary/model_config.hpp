@@ -240,7 +240,8 @@ inline std::optional<rope_pairing> gguf_arch_pairing(std::string_view arch) noex
 /// `A.attention.key_length` (default hidden / heads), window `A.attention.sliding_window`;
 /// the RoPE through gguf_rope_params and rope_config_from_gguf: rotary dims
 /// `A.rope.dimension_count` (default head dim), base `A.rope.freq_base` (default 10000),
-/// `A.rope.scaling.type` "none" / "linear" / "yarn" with `.factor` (freq_scale = 1/factor),
+/// `A.rope.scaling.type` "none" / "linear" / "yarn" with `.factor` (freq_scale = 1/factor;
+/// older files: `A.rope.scale_linear`),
 /// `.original_context_length`, `.attn_factor`, `.yarn_beta_fast` / `.yarn_beta_slow`, and
 /// the tensor `rope_freqs.weight` (Llama 3's per-pair divisors) as freq_factors. Phi-3's
 /// `rope_factors_short.weight` / `rope_factors_long.weight` give longrope (original
@@ -323,8 +324,13 @@ inline model_config model_config_from_gguf(io::gguf_file& g,
     m.rope = c;
   } else {
     const std::string type = g.get_string(key(".rope.scaling.type")).value_or("none");
-    const double factor = g.get_number(key(".rope.scaling.factor")).value_or(0.0);
-    require(std::isfinite(factor) && factor >= 0.0, where, key(".rope.scaling.factor"), factor,
+    // older files carry the linear factor as .rope.scale_linear (llama.cpp still reads it)
+    const char* factor_key =
+        g.contains(key(".rope.scaling.factor")) || !g.contains(key(".rope.scale_linear"))
+            ? ".rope.scaling.factor"
+            : ".rope.scale_linear";
+    const double factor = g.get_number(key(factor_key)).value_or(0.0);
+    require(std::isfinite(factor) && factor >= 0.0, where, key(factor_key), factor,
             "must be finite and >= 0 (0: none)");
     // llama.cpp: freq_scale = 1 / factor, a factor of 0 meaning none
     p.freq_scale = factor == 0.0 ? 1.0 : 1.0 / factor;
