@@ -42,8 +42,10 @@
 # (POSENC_TEST_EXPECTED_BACKEND), so a build that silently fell back to scalar fails. On a
 # CPU without AVX-512 F/BW/DQ/VL the v4 configuration is built (every warning and error
 # still counts) but its tests are not run, and asan4 is skipped; the summary says so.
-# The python reference checks, the install/consumer tests and the nvcc compile of the maths
-# layer do not depend on the flags; the README command runs them, so they are skipped here.
+# The python reference checks, the install/consumer tests (the strict-warnings ones compile
+# with both compilers already), the nvcc compile of the maths layer and the doc-tests (the
+# docs' examples, one program per page) do not depend on the flags; the README command runs
+# them, so they are skipped here.
 #
 # Usage: scripts/ci_matrix.sh [config ...]     (default: v3 v4 bf16 arm64 asan asan4 tsan)
 # Needs: POSENC_EXTRA_PACKAGES="g++-aarch64-linux-gnu qemu-user clang libclang-rt-dev"
@@ -61,7 +63,7 @@ configs=("$@")
 common=(-G Ninja -DCMAKE_BUILD_TYPE=CI -DPOSENC_WARNINGS_AS_ERRORS=ON
         -DPOSENC_BUILD_TESTS=ON -DPOSENC_BUILD_BENCHMARKS=OFF -DPOSENC_BUILD_EXAMPLES=OFF
         -DPOSENC_INSTALL=OFF)
-skip='^(reference_|consumer_|math_device_compile$)'
+skip='^(reference_|consumer_|math_device_compile$|doc_)'
 # the sanitizer configurations: a report aborts the test (-fno-sanitize-recover), and
 # ASan's leak check is on by default (CMake passes these flags to the link step too, which
 # links the sanitizer runtimes)
