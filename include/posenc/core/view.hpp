@@ -39,7 +39,7 @@ class strided_view {
  public:
   using element_type = T;
   using value_type = std::remove_cv_t<T>;
-  using shape_type = std::array<Index, Rank>;
+  using shape_type = std::array<Index, std::size_t{Rank}>;
   static constexpr int rank = Rank;
 
   strided_view() noexcept : data_(nullptr), extents_{}, strides_{} {}
@@ -48,7 +48,7 @@ class strided_view {
   /// extent, or a null pointer over a non-empty extent.
   strided_view(T* data, const shape_type& extents, const shape_type& strides)
       : data_(data), extents_(extents), strides_(strides) {
-    for (int a = 0; a < Rank; ++a)
+    for (std::size_t a = 0; a < extents.size(); ++a)
       detail::require(extents[a] >= 0, "strided_view", axis_name(a), extents[a],
                       "extents must be >= 0");
     detail::require(data != nullptr || size() == 0, "strided_view", "data", "nullptr",
@@ -59,7 +59,7 @@ class strided_view {
   static strided_view contiguous(T* data, const shape_type& extents) {
     shape_type strides{};
     Index s = 1;
-    for (int a = Rank - 1; a >= 0; --a) {
+    for (std::size_t a = extents.size(); a-- > 0;) {
       strides[a] = s;
       s *= extents[a];
     }
@@ -89,9 +89,9 @@ class strided_view {
   template <class... I>
   T& operator()(I... idx) const noexcept {
     static_assert(sizeof...(I) == Rank, "posenc::strided_view: wrong number of indices");
-    const Index ids[Rank] = {static_cast<Index>(idx)...};
+    const Index ids[] = {static_cast<Index>(idx)...};
     Index off = 0;
-    for (int a = 0; a < Rank; ++a) {
+    for (std::size_t a = 0; a < extents_.size(); ++a) {
       assert(ids[a] >= 0 && ids[a] < extents_[a]);
       off += ids[a] * strides_[a];
     }
@@ -102,9 +102,9 @@ class strided_view {
   template <class... I>
   T* vector_ptr(I... leading) const noexcept {
     static_assert(sizeof...(I) == Rank - 1, "posenc::strided_view: give all but the last index");
-    const Index ids[Rank] = {static_cast<Index>(leading)..., 0};
+    const Index ids[] = {static_cast<Index>(leading)..., 0};  // + 0: never zero-sized
     Index off = 0;
-    for (int a = 0; a < Rank - 1; ++a) {
+    for (std::size_t a = 0; a + 1 < extents_.size(); ++a) {
       assert(ids[a] >= 0 && ids[a] < extents_[a]);
       off += ids[a] * strides_[a];
     }
@@ -120,7 +120,7 @@ class strided_view {
         vector_ptr(leading...), extents_[Rank - 1], Eigen::InnerStride<>(strides_[Rank - 1]));
   }
 
-  static const char* axis_name(int axis) noexcept {
+  static const char* axis_name(std::size_t axis) noexcept {
     static const char* names[4] = {"extent[0]", "extent[1]", "extent[2]", "extent[3]"};
     return names[axis];
   }
@@ -274,7 +274,7 @@ inline constexpr Index overlap_runs_limit = Index(1) << 22;
 template <class T, int R>
 bool memory_runs(const strided_view<T, R>& v, std::vector<memory_run>& runs) {
   constexpr Index size = static_cast<Index>(sizeof(T));
-  Index ext[R], str[R];
+  Index ext[std::size_t{R}], str[std::size_t{R}];  // array bounds are unsigned
   int n = 0;
   for (int a = 0; a < R; ++a)
     if (v.extent(a) > 1) {
@@ -303,7 +303,7 @@ bool memory_runs(const strided_view<T, R>& v, std::vector<memory_run>& runs) {
     outer *= ext[a];
   }
   runs.reserve(runs.size() + static_cast<std::size_t>(outer));
-  Index idx[R] = {};
+  Index idx[std::size_t{R}] = {};
   const auto base = reinterpret_cast<std::uintptr_t>(v.data());
   for (Index r = 0; r < outer; ++r) {
     Index off = shift;

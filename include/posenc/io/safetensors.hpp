@@ -626,10 +626,12 @@ inline void write_safetensors(const std::string& path,
     fail(where, "path", path,
          "the header would be " + std::to_string(json.size()) +
              " bytes, over the 100 MB the readers accept (io::safetensors_max_header_bytes)");
-  std::vector<unsigned char> bytes(8);
+  // Sized once and filled in place: growing an 8-byte vector by insert() trips g++ 12's
+  // -Warray-bounds at -O2 -std=c++20 (a false positive in its inlined memmove).
+  std::vector<unsigned char> bytes(8 + json.size() + static_cast<std::size_t>(offset));
   detail::store_le(bytes.data(), json.size(), 8);
-  bytes.insert(bytes.end(), json.begin(), json.end());
-  for (const auto& e : entries) bytes.insert(bytes.end(), e.bytes().begin(), e.bytes().end());
+  unsigned char* out = std::copy(json.begin(), json.end(), bytes.data() + 8);
+  for (const auto& e : entries) out = std::copy(e.bytes().begin(), e.bytes().end(), out);
   detail::write_file(path, bytes, where);
 }
 

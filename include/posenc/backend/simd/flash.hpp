@@ -45,6 +45,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <type_traits>
 
@@ -133,11 +134,11 @@ inline P exp2_nonpositive(P x) noexcept {
 template <class P, int R, int C>
 inline void qk_tile(const float* qt, Index ldq, const float* k, Index ldk, Index d, float* st,
                     Index lds) noexcept {
-  P acc[C][R];
+  P acc[std::size_t{C}][std::size_t{R}];  // array bounds are unsigned
   for (int j = 0; j < C; ++j)
     for (int r = 0; r < R; ++r) acc[j][r] = P::zero();
   for (Index c = 0; c < d; ++c) {
-    P q[R];
+    P q[std::size_t{R}];
     for (int r = 0; r < R; ++r) q[r] = P::load(qt + c * ldq + r * P::size);
     for (int j = 0; j < C; ++j) {
       const P kb = P::broadcast(k[j * ldk + c]);
@@ -155,11 +156,11 @@ inline void qk_tile(const float* qt, Index ldq, const float* k, Index ldk, Index
 template <class P, int R, int C>
 inline void pv_tile(const float* pt, Index ldp, const float* v, Index ldv, Index nk,
                     const float* alpha, float* ot, Index ldo) noexcept {
-  P acc[C][R];
+  P acc[std::size_t{C}][std::size_t{R}];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r] = P::zero();
   for (Index j = 0; j < nk; ++j) {
-    P p[R];
+    P p[std::size_t{R}];
     for (int r = 0; r < R; ++r) p[r] = P::load(pt + j * ldp + r * P::size);
     for (int c = 0; c < C; ++c) {
       const P vb = P::broadcast(v[j * ldv + c]);
@@ -437,7 +438,7 @@ void accumulate(const head_context<Policy, Real>& hc, const call_info& ci, Index
           // s runs keys [pm[s-1], pm[s]) (pm: running max of ext) on vectors s..nr-1, the
           // only ones that see them, so a causal diagonal tile costs its own triangle,
           // rounded to W rows, rather than the whole square.
-          Index ext[RV] = {}, low[RV] = {}, pm[RV] = {};
+          Index ext[std::size_t{RV}] = {}, low[std::size_t{RV}] = {}, pm[std::size_t{RV}] = {};
           for (int v = 0; v < nr; ++v) {
             const Index* vv = vis + (rv + v) * W;
             ext[v] = *std::max_element(vv, vv + W);

@@ -45,6 +45,7 @@
 /// y) the two are equal or adjacent values of T.
 
 #include <algorithm>
+#include <cstddef>
 #include <type_traits>
 
 #include "../../math/rotation.hpp"
@@ -91,7 +92,8 @@ void rope_half(const kernels::rope_token<T, C>& t) noexcept {
   T* const out = t.out;
   const Index heads = t.heads, ihs = t.in_head_stride, ohs = t.out_head_stride;
   const P sign = P::broadcast(t.inverse ? C(-1) : C(1));  // exact: the inverse negates sin
-  P c[K > 0 ? K : 1], s[K > 0 ? K : 1];
+  constexpr std::size_t regs{K > 0 ? K : 1};              // array bounds are unsigned
+  P c[regs], s[regs];
   for (int k = 0; k < K; ++k) {
     c[k] = P::load(cs + k * W);
     s[k] = sign * P::load(sn + k * W);
@@ -252,8 +254,8 @@ void rope_rotate(const kernels::rope_token<T, C>& t) noexcept {
     // interleaved, very wide rotation: expand one chunk at a time, heads inside
     for (Index e = 0; e < r; e += W) {
       const int lanes = static_cast<int>(std::min<Index>(W, r - e));
-      alignas(64) C cb[W] = {};
-      alignas(64) C sb[W] = {};
+      alignas(64) C cb[std::size_t{W}] = {};
+      alignas(64) C sb[std::size_t{W}] = {};
       for (int k = 0; k < lanes / 2; ++k) {
         const C c = t.cos[e / 2 + k], sn = sgn * t.sin[e / 2 + k];
         cb[2 * k] = c;
