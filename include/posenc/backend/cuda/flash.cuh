@@ -100,8 +100,9 @@ struct flash_args {
   Index split_keys = 0;  ///< keys per split, a multiple of flash_tiles::keys
   Acc* part_out = nullptr;
   Acc* part_lse = nullptr;
-  Index row_blocks = 0;  ///< ceil(group · Lq / rows per block of the kernel that runs)
-  int sm_major = 0;      ///< the device's compute capability (8: sm_80, the tensor-core path)
+  Index row_blocks = 0;    ///< ceil(group · Lq / rows per block of the kernel that runs)
+  bool kv_pieces = false;  ///< tensor-core kernel: K, V tiles copied in 16-byte pieces (launch_mma)
+  int sm_major = 0;        ///< the device's compute capability (8: sm_80, the tensor-core path)
 };
 
 /// Dynamic shared memory of the general kernel for head dims d, dv and arithmetic Acc.
@@ -493,12 +494,15 @@ struct mma_tiles {
   static constexpr int pad = 8;  ///< elements past each shared row: spreads rows over banks
 };
 
-/// Dynamic shared memory of the tensor-core kernel: q, k and v tiles in storage type T.
+/// Dynamic shared memory of the tensor-core kernel: the q tile and two k, v tile pairs (the
+/// next pair loads while the current one is used), in storage type T.
 template <class T>
 constexpr std::size_t mma_shared_bytes(Index d) {
   return sizeof(T) *
-         static_cast<std::size_t>((mma_tiles::rows + 2 * mma_tiles::keys) * (d + mma_tiles::pad));
+         static_cast<std::size_t>((mma_tiles::rows + 4 * mma_tiles::keys) * (d + mma_tiles::pad));
 }
+// every sm_80+ part allows at least 99 KiB of shared memory per block (opt-in)
+static_assert(mma_shared_bytes<Eigen::half>(128) <= 99 * 1024, "tensor-core tiles too large");
 
 namespace cuda_detail {
 
@@ -513,6 +517,52 @@ __device__ inline unsigned pack2(T lo, T hi) {
 template <class T>
 __device__ inline unsigned load2(const T* p) {  // two neighbouring elements, 4-byte aligned
   return *reinterpret_cast<const unsigned*>(p);
+}
+
+/// 16 bytes global -> shared without passing through registers (sm_80 cp.async); `bytes`
+/// 0 writes zeros (a key past the tile's end) and reads nothing.
+__device__ inline void copy16_async(void* shared_dst, const void* global_src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(bytes));
+#else
+  (void)shared_dst, (void)global_src, (void)bytes;
+#endif
+}
+
+__device__ inline void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+/// Waits until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+__device__ inline void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+/// Four 8x8 matrices of 16-bit elements from shared memory: lane l gives the address of row
+/// l % 8 of matrix l / 8 (16 bytes); r[m] is matrix m's fragment (transposed with Trans).
+template <bool Trans>
+__device__ inline void load_matrix_x4(unsigned (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#else
+  (void)row;
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
 }
 
 /// c += a·b on the warp's fragments (the file comment's layout).
@@ -555,12 +605,14 @@ template <class T, int D>
 __global__ void __launch_bounds__(mma_tiles::threads)
     flash_mma_kernel(const flash_args<T, float> a) {
   using M = mma_tiles;
-  constexpr int ld = D + M::pad, NT = M::keys / 8, OT = D / 8;
+  constexpr int ld = D + M::pad, NT = M::keys / 8, OT = D / 8, KT = D / 16;
+  constexpr int tile = M::keys * ld;  // elements of one k or v tile
+  constexpr float log2e = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char flash_mma_shared[];
   __shared__ block_rows<float, M::rows> rows;
   T* const qs = reinterpret_cast<T*>(flash_mma_shared);  // [rows, ld]
-  T* const ks = qs + M::rows * ld;                       // [keys, ld]
-  T* const vs = ks + M::keys * ld;                       // [keys, ld]
+  T* const ks = qs + M::rows * ld;                       // [2][keys, ld]
+  T* const vs = ks + (a.kv_pieces ? 2 : 1) * tile;       // [2 or 1][keys, ld]
 
   const block_place p = place_of_block(a);
   const Index b = p.b, g = p.g;
@@ -576,52 +628,108 @@ __global__ void __launch_bounds__(mma_tiles::threads)
     }
     qs[r * ld + c] = static_cast<T>(x);
   }
-  __syncthreads();
-  const Index k_end = rows.end;
 
-  // this thread's rows: r_lo = 16·warp + gq and r_lo + 8
+  // K and V rows contiguous and 16-byte aligned, no rotation (kv_pieces): a tile is copied
+  // in 16-byte pieces by cp.async while the previous one is used; otherwise element by element
+  constexpr int piece = 16 / static_cast<int>(sizeof(T));  // elements per 16 bytes
+  const bool aligned = a.kv_pieces;
+  const T* const k_base = a.k + b * a.k_stride[0] + g * a.k_stride[2];
+  const T* const v_base = a.v + b * a.v_stride[0] + g * a.v_stride[2];
+  auto copy_tile = [&](Index k0, int nk, int buf) {  // cp.async; the caller commits
+    constexpr int per_row = D / piece;
+    for (int e = threadIdx.x; e < M::keys * per_row; e += blockDim.x) {
+      const int j = e / per_row, c = (e - j * per_row) * piece;
+      const Index key = k0 + (j < nk ? j : 0);  // a key past the end: zeros, nothing read
+      const int bytes = j < nk ? 16 : 0;
+      copy16_async(ks + buf * tile + j * ld + c, k_base + key * a.k_stride[1] + c, bytes);
+      copy16_async(vs + buf * tile + j * ld + c, v_base + key * a.v_stride[1] + c, bytes);
+    }
+  };
+  auto load_tile = [&](Index k0, int nk, int buf) {  // the general path
+    for (int e = threadIdx.x; e < M::keys * D; e += blockDim.x) {
+      const int j = e / D, c = e - j * D;
+      T kx = T(0.0f), vx = T(0.0f);
+      if (j < nk) {
+        const T* kr = k_base + (k0 + j) * a.k_stride[1];
+        kx = a.rope.pairs > 0 ? static_cast<T>(rotated(a.rope, kr, a.k_stride[3], c, k0 + j, true))
+                              : kr[c * a.k_stride[3]];
+        vx = v_base[(k0 + j) * a.v_stride[1] + c * a.v_stride[3]];
+      }
+      ks[buf * tile + j * ld + c] = kx;
+      vs[buf * tile + j * ld + c] = vx;
+    }
+  };
+  __syncthreads();  // rows.end and the query tile
+  const Index k_end = rows.end;
+  auto keys_in = [&](Index k0) {
+    return static_cast<int>(k_end - k0 < M::keys ? k_end - k0 : M::keys);
+  };
+  if (aligned && p.k_lo < k_end) {
+    copy_tile(p.k_lo, keys_in(p.k_lo), 0);
+    copy_async_commit();
+  }
+
+  // this thread's rows: r_lo = 16·warp + gq and r_lo + 8; a warp whose 16 rows are all past
+  // the call's (decode: a few query heads per block) loads tiles but computes nothing
   const int r_lo = warp * 16 + gq;
+  const bool warp_live = live_row(rows, p, warp * 16);
+  // the warp's query fragments, kept in registers for every tile
+  unsigned qf[KT][4];
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    const T* q0 = qs + r_lo * ld + kk * 16 + 2 * tq;
+    qf[kk][0] = load2(q0);
+    qf[kk][1] = load2(q0 + 8 * ld);
+    qf[kk][2] = load2(q0 + 8);
+    qf[kk][3] = load2(q0 + 8 * ld + 8);
+  }
   float o[OT][4];
 #pragma unroll
   for (int n = 0; n < OT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[n][e] = 0;
+  // m: the running maximum in log2 units (logit · log2 e), so that exp2 is one instruction
   float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0, 0};
   bool bad[2] = {false, false};
 
-  for (Index k0 = p.k_lo; k0 < k_end; k0 += M::keys) {
-    const int nk = static_cast<int>(k_end - k0 < M::keys ? k_end - k0 : M::keys);
-    __syncthreads();  // the previous tiles are no longer read
-    for (int e = threadIdx.x; e < M::keys * D; e += blockDim.x) {
-      const int j = e / D, c = e - j * D;
-      T kx = T(0.0f), vx = T(0.0f);
-      if (j < nk) {
-        const T* kr = a.k + b * a.k_stride[0] + (k0 + j) * a.k_stride[1] + g * a.k_stride[2];
-        kx = a.rope.pairs > 0 ? static_cast<T>(rotated(a.rope, kr, a.k_stride[3], c, k0 + j, true))
-                              : kr[c * a.k_stride[3]];
-        vx = a.v[b * a.v_stride[0] + (k0 + j) * a.v_stride[1] + g * a.v_stride[2] +
-                 c * a.v_stride[3]];
+  int buf = 0;
+  for (Index k0 = p.k_lo; k0 < k_end; k0 += M::keys, buf ^= aligned ? 1 : 0) {
+    const int nk = keys_in(k0);
+    __syncthreads();  // every warp is done with the other buffer (the previous tile)
+    if (aligned) {
+      if (k0 + M::keys < k_end) {
+        copy_tile(k0 + M::keys, keys_in(k0 + M::keys), buf ^ 1);
+        copy_async_commit();
+        copy_async_wait<1>();  // this tile's copies are done, the next one's may be in flight
+      } else {
+        copy_async_wait<0>();
       }
-      ks[j * ld + c] = kx;
-      vs[j * ld + c] = vx;
+    } else {
+      load_tile(k0, nk, buf);
     }
     __syncthreads();
+    if (!warp_live) continue;
+    const T* const kt = ks + buf * tile;
+    const T* const vt = vs + buf * tile;
 
-    // S = Q·Kᵀ for the warp's 16 rows and the tile's 64 keys
+    // S = Q·Kᵀ for the warp's 16 rows and the tile's 64 keys; ldmatrix matrices 0-3: keys
+    // [8n, 8n+8) dims [16kk, +8), the same keys dims [16kk+8, +8), then keys [8n+8, 8n+16)
     float s[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = 0;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const T* q0 = qs + r_lo * ld + kk * 16 + 2 * tq;
-      const unsigned af[4] = {load2(q0), load2(q0 + 8 * ld), load2(q0 + 8), load2(q0 + 8 * ld + 8)};
+    for (int kk = 0; kk < KT; ++kk) {
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const T* k_row = ks + (n * 8 + gq) * ld + kk * 16 + 2 * tq;
-        const unsigned bf[2] = {load2(k_row), load2(k_row + 8)};
-        mma_16816<T>(s[n], af, bf);
+      for (int n = 0; n < NT; n += 2) {
+        const int mi = lane / 8;
+        unsigned kf[4];
+        load_matrix_x4<false>(
+            kf, kt + (n * 8 + (mi >> 1) * 8 + lane % 8) * ld + kk * 16 + (mi & 1) * 8);
+        const unsigned b0[2] = {kf[0], kf[1]}, b1[2] = {kf[2], kf[3]};
+        mma_16816<T>(s[n], qf[kk], b0);
+        mma_16816<T>(s[n + 1], qf[kk], b1);
       }
     }
     // scale, bias, masks; the online softmax of the thread's two rows
@@ -639,7 +747,7 @@ __global__ void __launch_bounds__(mma_tiles::threads)
           if (x == -INFINITY) visible = false;
           if (visible && !(x < INFINITY)) bad[hr] = true;
         }
-        s[n][e] = visible && x < INFINITY ? x : -INFINITY;
+        s[n][e] = visible && x < INFINITY ? x * log2e : -INFINITY;
         tile_max[hr] = s[n][e] > tile_max[hr] ? s[n][e] : tile_max[hr];
       }
     float alpha[2];
@@ -647,7 +755,7 @@ __global__ void __launch_bounds__(mma_tiles::threads)
     for (int hr = 0; hr < 2; ++hr) {
       const float mt = quad_max(tile_max[hr]);
       const float m_new = mt > m[hr] ? mt : m[hr];
-      alpha[hr] = m_new == -INFINITY ? 1.0f : expf(m[hr] - m_new);
+      alpha[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
       m[hr] = m_new;
       lsum[hr] *= alpha[hr];
     }
@@ -663,11 +771,13 @@ __global__ void __launch_bounds__(mma_tiles::threads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int hr = e / 2;
-        const float p = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - m[hr]);
+        const float p = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - m[hr]);
         s[n][e] = p;
         lsum[hr] += p;
       }
-// O += P·V, 16 keys at a time: P's A fragment from two neighbouring S fragments
+      // O += P·V, 16 keys at a time: P's A fragment from two neighbouring S fragments; V's
+      // B fragments by transposing ldmatrix, matrices 0-3: keys [16kk, +8) dims [8n, +8), keys
+      // [16kk+8, +8) the same dims, then dims [8n+8, +8)
 #pragma unroll
     for (int kk = 0; kk < M::keys / 16; ++kk) {
       const float* s0 = s[2 * kk];
@@ -676,12 +786,15 @@ __global__ void __launch_bounds__(mma_tiles::threads)
                               pack2(static_cast<T>(s0[2]), static_cast<T>(s0[3])),
                               pack2(static_cast<T>(s1[0]), static_cast<T>(s1[1])),
                               pack2(static_cast<T>(s1[2]), static_cast<T>(s1[3]))};
-      const T* v0 = vs + (kk * 16 + 2 * tq) * ld + gq;
 #pragma unroll
-      for (int n = 0; n < OT; ++n) {
-        const T* vn = v0 + n * 8;
-        const unsigned bf[2] = {pack2(vn[0], vn[ld]), pack2(vn[8 * ld], vn[9 * ld])};
-        mma_16816<T>(o[n], pf, bf);
+      for (int n = 0; n < OT; n += 2) {
+        const int mi = lane / 8;
+        unsigned vf[4];
+        load_matrix_x4<true>(vf,
+                             vt + (kk * 16 + (mi & 1) * 8 + lane % 8) * ld + n * 8 + (mi >> 1) * 8);
+        const unsigned b0[2] = {vf[0], vf[1]}, b1[2] = {vf[2], vf[3]};
+        mma_16816<T>(o[n], pf, b0);
+        mma_16816<T>(o[n + 1], pf, b1);
       }
     }
   }
@@ -695,7 +808,10 @@ __global__ void __launch_bounds__(mma_tiles::threads)
     if (!live_row(rows, p, br)) continue;
     const Index h = rows.h[br], i = rows.i[br];
     const float inv = nan_row ? NAN : l > 0 ? 1.0f / l : 0.0f;
-    const float lse = nan_row ? NAN : l > 0 ? m[hr] + logf(l) + rows.shift[br] : -INFINITY;
+    // m is in log2 units: the natural log-sum-exp is m·ln 2 + log l
+    const float lse = nan_row ? NAN
+                      : l > 0 ? m[hr] * 0.6931471805599453f + logf(l) + rows.shift[br]
+                              : -INFINITY;
     const Index row = (b * a.heads + h) * a.len_q + i;
 #pragma unroll
     for (int n = 0; n < OT; ++n)
@@ -718,13 +834,31 @@ __global__ void __launch_bounds__(mma_tiles::threads)
   }
 }
 
-/// The tensor-core kernel for head dim D, with its shared memory allowed first.
+/// Whether K and V tiles can be copied in 16-byte pieces: unrotated, rows contiguous and
+/// 16-byte aligned.
+template <class T>
+bool kv_in_pieces(const flash_args<T, float>& a) {
+  constexpr Index piece = 16 / static_cast<Index>(sizeof(T));
+  bool ok = a.rope.pairs == 0 && a.k_stride[3] == 1 && a.v_stride[3] == 1 &&
+            reinterpret_cast<std::uintptr_t>(a.k) % 16 == 0 &&
+            reinterpret_cast<std::uintptr_t>(a.v) % 16 == 0;
+  for (int i = 0; i < 3; ++i) ok = ok && a.k_stride[i] % piece == 0 && a.v_stride[i] % piece == 0;
+  return ok;
+}
+
+/// The tensor-core kernel for head dim D, with its shared memory allowed first. The copied
+/// path double-buffers its K, V tiles; the element-by-element path (RoPE on load, strided
+/// keys) has one pair of tiles and so twice the blocks per SM to hide its latency.
 template <int D, class T>
-void launch_mma(const flash_args<T, float>& a, unsigned blocks, cudaStream_t stream) {
-  const std::size_t shared = mma_shared_bytes<T>(D);
+void launch_mma(const flash_args<T, float>& args, unsigned blocks, cudaStream_t stream) {
+  flash_args<T, float> a = args;
+  a.kv_pieces = kv_in_pieces(a);
+  const std::size_t shared =
+      mma_shared_bytes<T>(D) -
+      (a.kv_pieces ? 0 : 2 * sizeof(T) * mma_tiles::keys * (D + mma_tiles::pad));
   cuda::check(
       cudaFuncSetAttribute(flash_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared)),
+                           static_cast<int>(mma_shared_bytes<T>(D))),
       "cudaFuncSetAttribute(flash_mma_kernel shared memory)");
   flash_mma_kernel<T, D><<<blocks, mma_tiles::threads, shared, stream>>>(a);
   cuda::check_launch("posenc::kernels::flash_mma_kernel");

@@ -19,6 +19,8 @@
 /// through the error flag and leaves that token untouched, and the entry point throws.
 
 #include <climits>
+#include <cstdint>
+#include <cstring>
 
 #include "../../config.hpp"
 #include "../../core/backend.hpp"
@@ -119,6 +121,104 @@ __device__ inline void rope_angle(const rope_device_args<T, C>& a, Index n, Inde
   s = static_cast<C>(xpos ? static_cast<float>(__dmul_rn(sf, x)) : sf);
 }
 
+/// n consecutive cos/sin values of the shared row from cs (16-byte aligned when n·sizeof(C)
+/// is a multiple of 16): one vector load per 16 bytes, so a warp reads without conflicts.
+template <int N, class C>
+__device__ inline void load_row(const C* cs, C (&out)[N]) {
+  if constexpr ((N * sizeof(C)) % 16 == 0) {
+#pragma unroll
+    for (int k = 0; k < N; k += static_cast<int>(16 / sizeof(C))) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(cs + k);
+      memcpy(out + k, &raw, 16);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = cs[k];
+  }
+}
+
+/// Rotates the heads of one token in 16-byte pieces: W = 16 / sizeof(T) elements per
+/// thread. Half pairing: W pairs (i, i + pairs), two pieces; interleaved: W / 2 neighbouring
+/// pairs, one piece. The caller has checked rows contiguous, pieces aligned and the rotary
+/// dims a whole number of pieces (vector_rotation_ok).
+template <class T, class C>
+__device__ inline void rotate_pieces(const rope_device_args<T, C>& a, const T* in, T* out,
+                                     Index in_head, Index out_head, int heads, const C* cs) {
+  constexpr int W = 16 / static_cast<int>(sizeof(T));
+  const int pairs = static_cast<int>(a.pairs);
+  if (a.pair_step == 1) {
+    const int per_head = pairs / W, work = heads * per_head;
+    for (int w = threadIdx.x; w < work; w += blockDim.x) {
+      const int h = w / per_head, i0 = (w - h * per_head) * W;
+      const T* x = in + h * in_head;
+      T* y = out + h * out_head;
+      T xa[W], xb[W];
+      const uint4 ra = *reinterpret_cast<const uint4*>(x + i0);
+      const uint4 rb = *reinterpret_cast<const uint4*>(x + pairs + i0);
+      memcpy(xa, &ra, 16);
+      memcpy(xb, &rb, 16);
+      C c[W], sn[W];
+      load_row(cs + i0, c);
+      load_row(cs + pairs + i0, sn);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        C ya, yb;
+        math::rotate_pair_fused(static_cast<C>(xa[k]), static_cast<C>(xb[k]), c[k], sn[k], ya, yb);
+        xa[k] = static_cast<T>(ya);
+        xb[k] = static_cast<T>(yb);
+      }
+      uint4 wa, wb;
+      memcpy(&wa, xa, 16);
+      memcpy(&wb, xb, 16);
+      *reinterpret_cast<uint4*>(y + i0) = wa;
+      *reinterpret_cast<uint4*>(y + pairs + i0) = wb;
+    }
+  } else {
+    constexpr int P = W / 2;  // pairs per piece
+    const int per_head = pairs / P, work = heads * per_head;
+    for (int w = threadIdx.x; w < work; w += blockDim.x) {
+      const int h = w / per_head, i0 = (w - h * per_head) * P;
+      const T* x = in + h * in_head;
+      T* y = out + h * out_head;
+      T e[W];
+      const uint4 r = *reinterpret_cast<const uint4*>(x + 2 * i0);
+      memcpy(e, &r, 16);
+      C c[P], sn[P];
+      load_row(cs + i0, c);
+      load_row(cs + pairs + i0, sn);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        C ya, yb;
+        math::rotate_pair_fused(static_cast<C>(e[2 * k]), static_cast<C>(e[2 * k + 1]), c[k], sn[k],
+                                ya, yb);
+        e[2 * k] = static_cast<T>(ya);
+        e[2 * k + 1] = static_cast<T>(yb);
+      }
+      uint4 o;
+      memcpy(&o, e, 16);
+      *reinterpret_cast<uint4*>(y + 2 * i0) = o;
+    }
+  }
+}
+
+/// Whether tensor v can take rotate_pieces: unit element stride, 16-byte aligned pieces
+/// (pointers and the batch, sequence and head strides), whole pieces of rotary dims.
+template <class T, class C>
+__host__ __device__ inline bool vector_rotation_ok(const rope_device_args<T, C>& a,
+                                                   const rope_device_tensor<T>& v) {
+  constexpr Index W = 16 / static_cast<Index>(sizeof(T));
+  if (sizeof(T) > 8 || v.in_stride[3] != 1 || v.out_stride[3] != 1) return false;
+  if (reinterpret_cast<std::uintptr_t>(v.in) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(v.out) % 16 != 0)
+    return false;
+  for (int i = 0; i < 3; ++i)
+    if (v.in_stride[i] % W != 0 || v.out_stride[i] % W != 0) return false;
+  // the shared cos/sin rows are read in 16-byte pieces too: pairs a multiple of 16 / sizeof(C)
+  const Index per = a.pair_step == 1 ? W : W / 2;
+  return a.pairs % per == 0 && a.pairs % static_cast<Index>(16 / sizeof(C)) == 0 &&
+         (a.pair_step == 1 ? a.pair_offset == a.pairs : a.pair_step == 2 && a.pair_offset == 1);
+}
+
 template <class T, class C>
 __global__ void rope_kernel(const rope_device_args<T, C> a) {
   extern __shared__ __align__(16) unsigned char rope_shared[];  // read as C (double)
@@ -171,7 +271,10 @@ __global__ void rope_kernel(const rope_device_args<T, C> a) {
       const T* in = v.in + b * v.in_stride[0] + l * v.in_stride[1];
       T* out = v.out + b * v.out_stride[0] + l * v.out_stride[1];
       const Index is = v.in_stride[3], os = v.out_stride[3];
-      const int work = static_cast<int>(v.heads) * pairs;
+      const bool pieces = vector_rotation_ok(a, v);
+      if (pieces)
+        rotate_pieces(a, in, out, v.in_stride[2], v.out_stride[2], static_cast<int>(v.heads), cs);
+      const int work = pieces ? 0 : static_cast<int>(v.heads) * pairs;
       for (int w = threadIdx.x; w < work; w += blockDim.x) {
         const int h = w / pairs, i = w - h * pairs;
         const Index da = i * a.pair_step, db = da + a.pair_offset;
