@@ -353,6 +353,34 @@ TEST_CASE("decode: one query over a long cache splits the keys and merges exactl
   }
 }
 
+TEST_CASE("decode: GQA groups, several queries and head sizes off the vector width",
+          "[flash][decode]") {
+  // the decode kernel takes a group's query rows together against each key row and its
+  // output rows together against blocks of value rows: groups of 3 and 4 query heads and
+  // MHA, 1 to 8 queries (row counts that leave remainders of the kernels' pairs and fours),
+  // head sizes that leave partial packets, key counts that end inside a block
+  const sizes cases[] = {sizes{1, 6, 2, 3, 2500, 37, 19}, sizes{2, 8, 2, 5, 1500, 72, 40},
+                         sizes{1, 3, 3, 8, 1100, 16, 9}, sizes{1, 4, 1, 1, 1030, 128, 128}};
+  for (const sizes& z : cases) {
+    const problem<float> p(z, 41);
+    posenc::attention_config opt;
+    opt.mask.causal = true;
+    opt.q_offset = z.len_k - z.len_q;
+    if (z.batch == 2) opt.mask.key_lengths = {z.len_k, z.len_k - 211};
+    INFO("heads " << z.heads << "/" << z.kv_heads << ", Lq " << z.len_q << ", d " << z.dim);
+    CHECK(rel_err(run_flash(p, opt, posenc::no_position_policy{}),
+                  run_reference(p, opt, posenc::no_position_policy{})) < 2e-6);
+    CHECK(rel_err(run_flash(p, opt, posenc::alibi_policy(z.heads)),
+                  run_reference(p, opt, posenc::alibi_policy(z.heads))) < 2e-6);
+    if (z.dim % 2 == 0) {
+      const posenc::rotary_policy rope(z.dim);
+      CHECK(rel_err(run_flash(p, opt, rope), run_reference(p, opt, rope)) < 2e-6);
+    }
+    CHECK(run_flash(p, opt, posenc::no_position_policy{}, 2) ==
+          run_flash(p, opt, posenc::no_position_policy{}, 1));
+  }
+}
+
 TEST_CASE("decoding token by token equals one causal pass", "[flash][decode]") {
   const sizes z{1, 2, 1, 1, 3000, 64, 64};
   const problem<float> full(sizes{1, 2, 1, 6, 3000, 64, 64}, 31);

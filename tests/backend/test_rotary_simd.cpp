@@ -606,6 +606,57 @@ void check_widening_ops(const char* type) {
     }
     CHECK(same);
     CHECK(fused);
+
+    // dot_rows / axpy_rows (a GQA group's rows against shared key or value rows): the bits
+    // of the one-row calls, for every row count up to 7 (pairs, fours and the remainder)
+    // and blocks of up to 5 value rows
+    for (int m = 1; m <= 7; ++m) {
+      std::vector<std::vector<float>> qs;
+      std::vector<const float*> qp;
+      for (int r = 0; r < m; ++r) qs.push_back(posenc_test::random_values<float>(size, 10 + r));
+      for (const auto& r : qs) qp.push_back(r.data());
+      std::vector<float> dots(static_cast<std::size_t>(m));
+      posenc::simd::dot_rows<B>(qp.data(), m, x.data(), n, dots.data());
+      bool rows_same = true;
+      for (int r = 0; r < m; ++r)
+        rows_same = rows_same && bits32(dots[static_cast<std::size_t>(r)]) ==
+                                     bits32(dot<B>(qp[static_cast<std::size_t>(r)], x.data(), n));
+      CHECK(rows_same);
+
+      const int keys = 1 + m % 5;
+      std::vector<std::vector<T>> xs;
+      std::vector<const T*> xp;
+      for (int c = 0; c < keys; ++c) {
+        const std::vector<float> f = posenc_test::random_values<float>(size, 30 + c);
+        xs.emplace_back(f.begin(), f.end());
+      }
+      for (const auto& r : xs) xp.push_back(r.data());
+      std::vector<std::vector<float>> probs, ys, want_y;
+      std::vector<const float*> pp;
+      std::vector<float*> yp;
+      for (int r = 0; r < m; ++r) {
+        probs.push_back(posenc_test::random_values<float>(static_cast<std::size_t>(keys), 50 + r));
+        ys.push_back(posenc_test::random_values<float>(size, 70 + r));
+      }
+      want_y = ys;
+      for (int r = 0; r < m; ++r) {
+        pp.push_back(probs[static_cast<std::size_t>(r)].data());
+        yp.push_back(ys[static_cast<std::size_t>(r)].data());
+      }
+      posenc::simd::axpy_rows<B>(xp.data(), keys, pp.data(), m, yp.data(), n);
+      for (int c = 0; c < keys; ++c)  // key-major, as decode visited them one by one
+        for (int r = 0; r < m; ++r)
+          axpy<B>(probs[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)],
+                  xs[static_cast<std::size_t>(c)].data(), n,
+                  want_y[static_cast<std::size_t>(r)].data());
+      bool block_same = true;
+      for (int r = 0; r < m; ++r)
+        for (std::size_t i = 0; i < size; ++i)
+          block_same = block_same && bits32(ys[static_cast<std::size_t>(r)][i]) ==
+                                         bits32(want_y[static_cast<std::size_t>(r)][i]);
+      INFO("rows " << m << ", keys " << keys);
+      CHECK(block_same);
+    }
   }
 }
 

@@ -401,6 +401,13 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
   // per 4 KiB-strided row, which the hardware prefetchers follow poorly).
   std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
   for (auto& wh : hws) wh = make_workspaces(p, s.heads, T::decode_rows);
+  // the query heads that read the same key rows: a GQA group, unless the policy transforms
+  // the keys per query head
+  const Index key_group =
+      Policy::transforms_keys && Policy::keys_per_query_head ? Index(1) : p.group;
+  // accumulate_heads' row pointers, per worker
+  std::vector<head_rows<Real>> rows(static_cast<std::size_t>(workers),
+                                    head_rows<Real>(s.heads * nb));
   parallel_for(s.batch * chunks, threads, [&](Index u, Index worker) {
     const Index b = u / chunks, k0 = (u % chunks) * T::decode_chunk;
     const head_context<Policy, Real>* hb = &p.head(b * s.heads);
@@ -416,7 +423,9 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
     // every head of the batch, key by key (the mask's limits do not depend on the head)
     kv_row_source<Backend, Policy, Real, TK> kr(hb, &head_context<Policy, Real>::k);
     kv_row_source<Backend, Policy, Real, TV> vr(hb, &head_context<Policy, Real>::v);
-    if (k0 < k_end) accumulate_heads(hb, kr, vr, s.heads, p.ci, nb, k0, k_end, wh.data());
+    if (k0 < k_end)
+      accumulate_heads(hb, kr, vr, s.heads, key_group, p.group, p.ci, nb, k0, k_end, wh.data(),
+                       rows[static_cast<std::size_t>(worker)]);
     for (Index h = 0; h < s.heads; ++h) {
       const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
       partial& part = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + u % chunks)];
@@ -426,7 +435,9 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
       if constexpr (clipped_v<Policy>) part.wb = w.wb.topRows(nb);
     }
   });
-  std::vector<workspace<Real>> ws = make_workspaces(p, workers);
+  // the merge needs a block's row state only (nb <= decode_rows rows, no tiles): sized so,
+  // a call allocates and touches kilobytes here, not a prefill workspace per thread
+  std::vector<workspace<Real>> ws = make_workspaces(p, workers, T::decode_rows);
   std::vector<std::vector<row_id>> redo(static_cast<std::size_t>(workers));
   const Backend tag{};
   parallel_for(bh, threads, [&](Index u, Index worker) {

@@ -107,6 +107,18 @@ struct kv_row_source {
     else
       return crow(q, n).dot(crow(r, n));
   }
+  /// out[i] = qs[i] · row j of head h, i < m: the query rows that share that key row (a
+  /// GQA group's heads, several queries), with the row loaded once per two of them and
+  /// the bits of m calls of dot.
+  void dots(Index h, Index j, const Real* const* qs, int m, Real* out) noexcept {
+    if constexpr (packet_storage)
+      if (widen_in_registers) return simd::dot_rows<Backend>(qs, m, stored_row(h, j), n, out);
+    const Real* r = row(h, j);
+    if constexpr (packet_rows)
+      simd::dot_rows<Backend>(qs, m, r, n, out);
+    else
+      for (int i = 0; i < m; ++i) out[i] = crow(qs[i], n).dot(crow(r, n));
+  }
   /// o += a · row j of head h.
   void axpy(Index h, Index j, Real a, Real* o) noexcept {
     if constexpr (packet_storage)
@@ -116,6 +128,32 @@ struct kv_row_source {
       simd::axpy<Backend>(a, r, n, o);
     else
       Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
+  }
+  /// The most keys one axpy_block call takes.
+  static constexpr int max_block = 16;
+  /// o[i] += sum_c p[i][c] · row j + c of head h, c < keys (<= max_block) in order, i < m:
+  /// the output rows that share those value rows, the bits of keys · m calls of axpy.
+  void axpy_block(Index h, Index j, int keys, const Real* const* p, int m,
+                  Real* const* o) noexcept {
+    if constexpr (packet_storage) {
+      if (widen_in_registers) {
+        const value_type* xs[max_block];
+        for (int c = 0; c < keys; ++c) xs[c] = stored_row(h, j + c);
+        simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
+        return;
+      }
+    }
+    if constexpr (packet_rows) {
+      const kv_block<Real>& b = hcs[h].*block;
+      if (b.data) {
+        const Real* xs[max_block];
+        for (int c = 0; c < keys; ++c) xs[c] = b.row(j + c);
+        simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
+        return;
+      }
+    }
+    for (int c = 0; c < keys; ++c)  // rows converted one at a time
+      for (int i = 0; i < m; ++i) axpy(h, j + c, p[i][c], o[i]);
   }
   void prefetch(Index h, Index j) const noexcept {
     const kv_block<Real>& b = hcs[h].*block;

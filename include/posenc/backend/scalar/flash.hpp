@@ -369,26 +369,68 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// alone (the distances tried are in docs/benchmarks-history.md). The same steps as
 /// accumulate with dot products and row updates instead of GEMMs, so sums run in another
 /// order (results agree within rounding, and do not depend on the thread count).
+/// The row pointers accumulate_heads works through (per thread, sized for count · nb
+/// rows, so that nothing is allocated per call of it): query, probability and output rows
+/// of every head's block, head-major, and one key's dot products.
+template <class Real>
+struct head_rows {
+  std::vector<const Real*> q, p, block_p;  // block_p: p at the current value block's key
+  std::vector<Real*> o;
+  std::vector<Real> dots;
+  explicit head_rows(Index rows = 0)
+      : q(static_cast<std::size_t>(rows)),
+        p(static_cast<std::size_t>(rows)),
+        block_p(static_cast<std::size_t>(rows)),
+        o(static_cast<std::size_t>(rows)),
+        dots(static_cast<std::size_t>(rows)) {}
+};
+
+/// `key_group` consecutive heads share their key rows and `value_group` their value rows
+/// (GQA: heads / kv_heads; 1 for MHA, and for keys a policy transforms per query head):
+/// the dot products of all their query rows with one key row are taken together
+/// (KRows::dots) and all their output rows take a block of value rows together
+/// (VRows::axpy_block, each output value kept in a register over the block), so each K and
+/// V row is read once per group.
 template <class Policy, class Real, class KRows, class VRows>
 void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs, Index count,
-                      const call_info& ci, Index nb, Index kbeg, Index kend,
-                      workspace<Real>* ws) noexcept {
+                      Index key_group, Index value_group, const call_info& ci, Index nb, Index kbeg,
+                      Index kend, workspace<Real>* ws, head_rows<Real>& hr) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
+  constexpr Index vb = VRows::max_block;
+  for (Index h = 0; h < count; ++h)
+    for (Index r = 0; r < nb; ++r) {
+      const auto i = static_cast<std::size_t>(h * nb + r);
+      hr.q[i] = ws[h].q.row(r).data();
+      hr.p[i] = ws[h].s.row(r).data();
+      hr.o[i] = ws[h].o.row(r).data();
+    }
+  const int key_rows = static_cast<int>(key_group * nb),
+            value_rows = static_cast<int>(value_group * nb);
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     for (Index c = 0; c < nk; ++c)
-      for (Index h = 0; h < count; ++h) {
-        if (c + prefetch_keys < nk) ks.prefetch(h, j0 + c + prefetch_keys);
-        for (Index r = 0; r < nb; ++r) ws[h].s(r, c) = ks.dot(h, j0 + c, ws[h].q.row(r).data());
+      for (Index h0 = 0; h0 < count; h0 += key_group) {
+        if (c + prefetch_keys < nk) ks.prefetch(h0, j0 + c + prefetch_keys);
+        ks.dots(h0, j0 + c, hr.q.data() + h0 * nb, key_rows, hr.dots.data());
+        const Real* d = hr.dots.data();
+        for (Index h = h0; h < h0 + key_group; ++h)
+          for (Index r = 0; r < nb; ++r) ws[h].s(r, c) = *d++;
       }
     for (Index h = 0; h < count; ++h)
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
-    for (Index c = 0; c < nk; ++c)
-      for (Index h = 0; h < count; ++h) {
-        if (c + prefetch_keys < nk) vs.prefetch(h, j0 + c + prefetch_keys);
-        for (Index r = 0; r < nb; ++r) vs.axpy(h, j0 + c, ws[h].s(r, c), ws[h].o.row(r).data());
+    // blocks of vb keys: the probabilities of a block are p[i] + c0
+    const Real** probs = hr.block_p.data();
+    for (Index c0 = 0; c0 < nk; c0 += vb) {
+      const int kb = static_cast<int>(std::min(vb, nk - c0));
+      for (Index h0 = 0; h0 < count; h0 += value_group) {
+        for (Index c = c0; c < c0 + kb && c + prefetch_keys < nk; ++c)
+          vs.prefetch(h0, j0 + c + prefetch_keys);
+        for (int i = 0; i < value_rows; ++i)
+          probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)] + c0;
+        vs.axpy_block(h0, j0 + c0, kb, probs, value_rows, hr.o.data() + h0 * nb);
       }
+    }
   }
 }
 

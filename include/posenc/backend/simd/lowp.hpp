@@ -466,6 +466,50 @@ inline float dot(const float* a, const T* b, Index n) noexcept {
   return reduce_add((a0 + a1) + (a2 + a3));
 }
 
+/// out[m] = dot<Arch>(a[m], b, n) for m < count: the same sums in the same order (so the
+/// same bits) as `count` calls of dot, with each b packet loaded and widened once for two
+/// rows (query heads of a GQA group, or several queries, against one key row).
+template <class Arch, class T>
+inline void dot_rows(const float* const* a, int count, const T* b, Index n, float* out) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = packet<float, Arch>;
+  constexpr Index W = P::size;
+  int m = 0;
+  for (; m + 2 <= count; m += 2) {
+    const float* x = a[m];
+    const float* y = a[m + 1];
+    P x0 = P::zero(), x1 = P::zero(), x2 = P::zero(), x3 = P::zero();
+    P y0 = P::zero(), y1 = P::zero(), y2 = P::zero(), y3 = P::zero();
+    Index i = 0;
+    for (; i + 4 * W <= n; i += 4 * W) {
+      const P b0 = IO::load(b + i), b1 = IO::load(b + i + W), b2 = IO::load(b + i + 2 * W),
+              b3 = IO::load(b + i + 3 * W);
+      x0 = fmadd(P::load(x + i), b0, x0);
+      y0 = fmadd(P::load(y + i), b0, y0);
+      x1 = fmadd(P::load(x + i + W), b1, x1);
+      y1 = fmadd(P::load(y + i + W), b1, y1);
+      x2 = fmadd(P::load(x + i + 2 * W), b2, x2);
+      y2 = fmadd(P::load(y + i + 2 * W), b2, y2);
+      x3 = fmadd(P::load(x + i + 3 * W), b3, x3);
+      y3 = fmadd(P::load(y + i + 3 * W), b3, y3);
+    }
+    for (; i + W <= n; i += W) {
+      const P b0 = IO::load(b + i);
+      x0 = fmadd(P::load(x + i), b0, x0);
+      y0 = fmadd(P::load(y + i), b0, y0);
+    }
+    if (i < n) {
+      const int r = static_cast<int>(n - i);
+      const P b0 = IO::load_partial(b + i, r);
+      x0 = fmadd(P::load_partial(x + i, r), b0, x0);
+      y0 = fmadd(P::load_partial(y + i, r), b0, y0);
+    }
+    out[m] = reduce_add((x0 + x1) + (x2 + x3));
+    out[m + 1] = reduce_add((y0 + y1) + (y2 + y3));
+  }
+  if (m < count) out[m] = dot<Arch>(a[m], b, n);
+}
+
 /// y[i] += alpha * float(x[i]), i < n, one fused multiply-add per value (so, like dot,
 /// the same bits for 16-bit x as for its widened values). Needs has_widening_ops_v<Arch, T>.
 template <class Arch, class T>
@@ -480,6 +524,61 @@ inline void axpy(float alpha, const T* x, Index n, float* y) noexcept {
     const int r = static_cast<int>(n - i);
     fmadd(a, IO::load_partial(x + i, r), P::load_partial(y + i, r)).store_partial(y + i, r);
   }
+}
+
+namespace detail {
+
+/// axpy_rows on the W values at i of every row (Full) or the last n % W of them.
+template <class Arch, class T, bool Full>
+inline void axpy_rows_at(const T* const* x, int keys, const float* const* p, int m, float* const* y,
+                         Index i, int r) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = packet<float, Arch>;
+  auto load_y = [&](const float* q) { return Full ? P::load(q + i) : P::load_partial(q + i, r); };
+  auto load_x = [&](const T* q) { return Full ? IO::load(q + i) : IO::load_partial(q + i, r); };
+  auto store_y = [&](float* q, P v) {
+    if (Full)
+      v.store(q + i);
+    else
+      v.store_partial(q + i, r);
+  };
+  int k = 0;
+  for (; k + 4 <= m; k += 4) {  // four rows: each value row loaded once for all four
+    P a0 = load_y(y[k]), a1 = load_y(y[k + 1]), a2 = load_y(y[k + 2]), a3 = load_y(y[k + 3]);
+    for (int c = 0; c < keys; ++c) {
+      const P v = load_x(x[c]);
+      a0 = fmadd(P::broadcast(p[k][c]), v, a0);
+      a1 = fmadd(P::broadcast(p[k + 1][c]), v, a1);
+      a2 = fmadd(P::broadcast(p[k + 2][c]), v, a2);
+      a3 = fmadd(P::broadcast(p[k + 3][c]), v, a3);
+    }
+    store_y(y[k], a0);
+    store_y(y[k + 1], a1);
+    store_y(y[k + 2], a2);
+    store_y(y[k + 3], a3);
+  }
+  for (; k < m; ++k) {
+    P a = load_y(y[k]);
+    for (int c = 0; c < keys; ++c) a = fmadd(P::broadcast(p[k][c]), load_x(x[c]), a);
+    store_y(y[k], a);
+  }
+}
+
+}  // namespace detail
+
+/// y[k][i] += sum_c p[k][c] * float(x[c][i]) for rows k < m, i < n, the keys c < `keys` in
+/// increasing order, one fused multiply-add each: the same bits as keys · m calls of axpy
+/// (key-major), with each y packet kept in a register over the keys and each x packet
+/// loaded once per four rows (a GQA group's or several queries' outputs against a block
+/// of value rows). Needs has_widening_ops_v<Arch, T>.
+template <class Arch, class T>
+inline void axpy_rows(const T* const* x, int keys, const float* const* p, int m, float* const* y,
+                      Index n) noexcept {
+  constexpr Index W = packet<float, Arch>::size;
+  Index i = 0;
+  for (; i + W <= n; i += W)
+    detail::axpy_rows_at<Arch, T, true>(x, keys, p, m, y, i, static_cast<int>(W));
+  if (i < n) detail::axpy_rows_at<Arch, T, false>(x, keys, p, m, y, i, static_cast<int>(n - i));
 }
 
 }  // namespace simd

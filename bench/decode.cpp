@@ -1,0 +1,240 @@
+// Decode (a few query tokens against a long KV cache) next to the memory roofline of the
+// same bytes, measured in the same process:
+//
+//   roofline<S>/keys/kv_heads/d/threads
+//       the fastest read of the K and V bytes of a decode step this CPU gives: each thread
+//       streams its share of the keys, K and V side by side (two streams, two cache lines
+//       of each per step, eight independent 32-byte accumulators), with a software
+//       prefetch `prefetch_bytes` ahead on both streams (the best distance of a sweep run
+//       once per process: roofline_sweep below); GB/s of K + V.
+//   decode<S>/keys/heads/kv_heads/d/queries/threads
+//       posenc::flash_multi_head_attention, causal, the queries the last `queries`
+//       positions of the cache; GB/s of the unique K + V bytes, and `vs_roofline`: that
+//       rate over the roofline of the same bytes and thread count (measured when the row
+//       starts, best of five passes).
+//
+// S: float, Eigen::half, Eigen::bfloat16 (float32 maths). Layout [1, keys, heads, d] for
+// q, k, v and out (view_bshd, a KV cache as inference engines keep it). Wall-clock time.
+// The default rows are those of issue 27's table and the GQA shape; POSENC_DECODE_BENCH=full
+// adds every combination of d 64 / 128, 4k / 16k / 64k keys, 1 / 4 / 8 queries and the three
+// storage types.
+//
+//   bench_decode --benchmark_min_time=0.2
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <posenc/attention/flash.hpp>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "bench_util.hpp"
+
+namespace {
+
+using posenc::Index;
+
+template <class S>
+using smat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class S>
+const char* type_name() {
+  if constexpr (std::is_same_v<S, float>) return "f32";
+  if constexpr (std::is_same_v<S, Eigen::half>) return "f16";
+  return "bf16";
+}
+
+// 32 bytes as one value: GCC's and clang's vector extension (full-width loads on any
+// target; plain words where the CPU has no vectors that wide).
+typedef std::int32_t words8 __attribute__((vector_size(32)));
+
+// Reads [p, p + bytes) and [q, q + bytes) (multiples of 128 bytes), two cache lines of each
+// per step, prefetching `ahead` bytes in front of both; returns a word of the sums.
+std::int32_t stream_two(const char* p, const char* q, Index bytes, Index ahead) {
+  words8 a[8] = {};
+  for (Index i = 0; i < bytes; i += 128) {
+    if (ahead > 0) {
+      __builtin_prefetch(p + i + ahead);
+      __builtin_prefetch(p + i + ahead + 64);
+      __builtin_prefetch(q + i + ahead);
+      __builtin_prefetch(q + i + ahead + 64);
+    }
+    for (int k = 0; k < 4; ++k) {
+      words8 x, y;
+      std::memcpy(&x, p + i + 32 * k, 32);
+      std::memcpy(&y, q + i + 32 * k, 32);
+      a[k] += x;
+      a[4 + k] += y;
+    }
+  }
+  words8 s = a[0];
+  for (int k = 1; k < 8; ++k) s += a[k];
+  return s[0] ^ s[7];
+}
+
+// One pass over K and V bytes on `threads` threads, each over its contiguous share of the
+// rows (whole 128-byte steps; the remainder goes to the last thread). Seconds.
+double roofline_pass(const char* k, const char* v, Index bytes, Index threads, Index ahead) {
+  const Index steps = bytes / 128, per = steps / threads;
+  std::vector<std::int32_t> sink(static_cast<std::size_t>(threads));
+  auto work = [&](Index t) {
+    const Index s0 = t * per, s1 = t + 1 == threads ? steps : s0 + per;
+    sink[static_cast<std::size_t>(t)] =
+        stream_two(k + 128 * s0, v + 128 * s0, 128 * (s1 - s0), ahead);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (Index t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& t : pool) t.join();
+  const auto t1 = std::chrono::steady_clock::now();
+  benchmark::DoNotOptimize(sink.data());
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+// The prefetch distances tried, and the best one (the fastest pass over 64 MiB of K and V at
+// the given thread count), found once per process.
+Index best_prefetch(Index threads) {
+  static std::map<Index, Index> best;
+  auto it = best.find(threads);
+  if (it != best.end()) return it->second;
+  const Index bytes = Index(32) << 20;
+  std::vector<char> k(static_cast<std::size_t>(bytes), 1), v(static_cast<std::size_t>(bytes), 2);
+  Index pick = 0;
+  double fastest = 1e30;
+  for (Index ahead : {Index(0), Index(256), Index(512), Index(1024), Index(2048), Index(4096)}) {
+    double t = 1e30;
+    for (int r = 0; r < 3; ++r)
+      t = std::min(t, roofline_pass(k.data(), v.data(), bytes, threads, ahead));
+    if (t < fastest) fastest = t, pick = ahead;
+  }
+  return best[threads] = pick;
+}
+
+// The roofline of `bytes` of K and of V at `threads`: GB/s of both, best of five passes.
+double roofline_gbps(const char* k, const char* v, Index bytes, Index threads) {
+  const Index ahead = best_prefetch(threads);
+  double t = 1e30;
+  for (int r = 0; r < 5; ++r) t = std::min(t, roofline_pass(k, v, bytes, threads, ahead));
+  return 2.0 * static_cast<double>(bytes) / t * 1e-9;
+}
+
+template <class S>
+struct cache {
+  smat<S> k, v;
+  cache(Index keys, Index kv_heads, Index d)
+      : k(posenc_bench::random_input(keys, kv_heads * d, 2).cast<S>()),
+        v(posenc_bench::random_input(keys, kv_heads * d, 3).cast<S>()) {}
+  Index bytes() const { return k.size() * Index(sizeof(S)); }  // of K (V: the same)
+};
+
+template <class S>
+void roofline(benchmark::State& state) {
+  const Index keys = state.range(0), kv_heads = state.range(1), d = state.range(2),
+              threads = state.range(3);
+  const cache<S> c(keys, kv_heads, d);
+  const Index ahead = best_prefetch(threads);
+  const auto* k = reinterpret_cast<const char*>(c.k.data());
+  const auto* v = reinterpret_cast<const char*>(c.v.data());
+  for (auto _ : state) {
+    const double t = roofline_pass(k, v, c.bytes(), threads, ahead);
+    state.SetIterationTime(t);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * c.bytes());
+  state.counters["prefetch_bytes"] = static_cast<double>(ahead);
+  state.SetLabel(std::string("roofline: read of K and V, ") + type_name<S>());
+}
+
+template <class S>
+void decode(benchmark::State& state) {
+  const Index keys = state.range(0), heads = state.range(1), kv_heads = state.range(2),
+              d = state.range(3), queries = state.range(4), threads = state.range(5);
+  const cache<S> c(keys, kv_heads, d);
+  const smat<S> q = posenc_bench::random_input(queries, heads * d, 1).cast<S>();
+  smat<S> out(queries, heads * d);
+  posenc::attention_config config;
+  config.mask.causal = true;
+  config.q_offset = keys - queries;
+  const auto qv = posenc::view_bshd(q.data(), 1, queries, heads, d);
+  const auto kv = posenc::view_bshd(c.k.data(), 1, keys, kv_heads, d);
+  const auto vv = posenc::view_bshd(c.v.data(), 1, keys, kv_heads, d);
+  const auto ov = posenc::view_bshd(out.data(), 1, queries, heads, d);
+  const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data()),
+                                    reinterpret_cast<const char*>(c.v.data()), c.bytes(), threads);
+  for (auto _ : state) {
+    posenc::flash_multi_head_attention(qv, kv, vv, ov, config, posenc::no_position_policy{},
+                                       posenc::flash_options{threads});
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const double bytes = 2.0 * static_cast<double>(c.bytes());
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+  state.counters["roofline_GB/s"] = roof;
+  state.counters["vs_roofline"] = benchmark::Counter(
+      bytes * 1e-9 / roof * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
+                 std::to_string(heads) + "/" + std::to_string(kv_heads));
+}
+
+bool full() {
+  const char* e = std::getenv("POSENC_DECODE_BENCH");
+  return e && std::string(e) == "full";
+}
+
+template <class S>
+void add_rows(bool every) {
+  const std::string t = type_name<S>();
+  std::vector<std::tuple<long, long, long, long, long>> rows;  // keys, heads, kv, d, queries
+  if (every) {
+    for (long keys : {4096L, 16384L, 65536L})
+      for (long heads : {8L, 32L})
+        for (long d : {64L, 128L})
+          for (long queries : {1L, 4L, 8L}) rows.emplace_back(keys, heads, 8, d, queries);
+  } else if (std::is_same_v<S, float>) {
+    for (long keys : {4096L, 16384L, 65536L}) {
+      rows.emplace_back(keys, 8, 8, 128, 1);
+      rows.emplace_back(keys, 32, 8, 128, 1);
+    }
+    rows.emplace_back(16384, 32, 8, 64, 1);
+    rows.emplace_back(16384, 32, 8, 128, 4);
+    rows.emplace_back(16384, 32, 8, 128, 8);
+  } else {
+    rows.emplace_back(16384, 32, 8, 128, 1);
+  }
+  std::vector<std::pair<long, long>> roofs;  // (keys, d) of the kv shapes above, 8 KV heads
+  for (const auto& r : rows) roofs.emplace_back(std::get<0>(r), std::get<3>(r));
+  std::sort(roofs.begin(), roofs.end());
+  roofs.erase(std::unique(roofs.begin(), roofs.end()), roofs.end());
+  for (const auto& [keys, d] : roofs)
+    benchmark::RegisterBenchmark(("roofline<" + t + ">").c_str(), roofline<S>)
+        ->Args({keys, 8, d, 1})
+        ->Args({keys, 8, d, 2})
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  for (const auto& [keys, heads, kv, d, queries] : rows)
+    benchmark::RegisterBenchmark(("decode<" + t + ">").c_str(), decode<S>)
+        ->Args({keys, heads, kv, d, queries, 1})
+        ->Args({keys, heads, kv, d, queries, 2})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool every = full();
+  add_rows<float>(every);
+  add_rows<Eigen::half>(every);
+  add_rows<Eigen::bfloat16>(every);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
