@@ -8,8 +8,9 @@ build="${BUILD_DIR:-build/test}"
 # The CUDA backend's tests, benchmarks and examples are compiled wherever nvcc is; they run
 # only where a GPU is (elsewhere CTest reports them skipped). POSENC_CUDA=0 leaves them out.
 # Architectures: the visible GPU's (native) where there is one; elsewhere sm_90 alone, a
-# compile check (sm_80 takes the same code paths; two architectures cost nvcc 30% more:
-# test_cuda_rotary.cu 61 s of CPU against 47 s). CUDA_ARCHITECTURES="80 90" overrides.
+# compile check (two architectures cost nvcc 30% more: test_cuda_rotary.cu 61 s of CPU
+# against 47 s; the kernels with sm_80-specific code are compiled for sm_80 as well, by
+# tests/cuda's posenc_cuda_sm80_kernels, 77 s of CPU). CUDA_ARCHITECTURES="80 90" overrides.
 cuda=()
 nvcc="$(command -v nvcc || true)"
 if [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc; fi
