@@ -1,7 +1,9 @@
-// RoPE apply to Q and K (L = 4096, H = 32, D = 128, float32, one thread), in place:
-// cached vs on-the-fly cos/sin, half vs interleaved pairing, next to a plain copy of the same
-// buffers in the same run (the memory roofline). Bytes/s count every byte read and written:
-// 2 x (|Q| + |K|) for both the rotation and the copy.
+// RoPE apply to Q and K (L = 4096, H = 32, D = 128, float32), in place: cached vs
+// on-the-fly cos/sin, half vs interleaved pairing, on 1 and 2 threads (the tokens split in
+// two halves, each rotated by its own thread with its offset), next to two baselines of the
+// same buffers in the same run: a plain copy, and an in-place read-modify-write pass (each
+// value negated: what a rotation in place at memory speed would cost). Bytes/s count every
+// byte read and written: 2 x (|Q| + |K|) for all of them.
 //
 // 16-bit storage: RoPE in place on Q [4096, 32, 128] of Eigen::half and Eigen::bfloat16
 // (32 MiB; float maths), default and scalar backends, next to a plain in-place
@@ -18,6 +20,7 @@
 #include <posenc/encoding/rotary.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -56,16 +59,45 @@ void copy_qk(benchmark::State& state) {
   state.SetLabel("baseline: memcpy of Q and K");
 }
 
+/// Runs work(t0, t1) over the tokens [0, L) on `threads` threads, one contiguous share each.
+template <class Work>
+void split_tokens(posenc::Index threads, Work work) {
+  std::vector<std::thread> pool;
+  const posenc::Index per = L / threads;
+  for (posenc::Index t = 1; t < threads; ++t)
+    pool.emplace_back(work, t * per, t + 1 == threads ? L : (t + 1) * per);
+  work(posenc::Index(0), per);
+  for (auto& t : pool) t.join();
+}
+
+void rmw_qk(benchmark::State& state) {
+  auto &q = buffer(0), &k = buffer(1);
+  const posenc::Index threads = state.range(0);
+  for (auto _ : state) {
+    split_tokens(threads, [&](posenc::Index t0, posenc::Index t1) {
+      const auto n = (t1 - t0) * H * D;
+      Eigen::Map<Eigen::ArrayXf>(q.data() + t0 * H * D, n) *= -1.0f;
+      Eigen::Map<Eigen::ArrayXf>(k.data() + t0 * H * D, n) *= -1.0f;
+    });
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state);
+  state.SetLabel("baseline: in-place read-modify-write of Q and K");
+}
+
 void rope_qk(benchmark::State& state, posenc::rope_pairing pairing, posenc::rope_cache_mode mode) {
   posenc::rope_options opt;
   opt.cache = mode;
+  // cached: every row filled up front, so the threads only read the cache (rotary.hpp)
   opt.max_len = L;
   posenc::rotary_embedding<float> rope(D, -1, 10000.0, pairing, opt);
+  const posenc::Index threads = state.range(0);
   auto &q = buffer(0), &k = buffer(1);
-  const auto vq = posenc::view_shd(q.data(), L, H, D);
-  const auto vk = posenc::view_shd(k.data(), L, H, D);
   for (auto _ : state) {
-    rope.apply_qk(vq, vk, 0);
+    split_tokens(threads, [&](posenc::Index t0, posenc::Index t1) {
+      rope.apply_qk(posenc::view_shd(q.data() + t0 * H * D, t1 - t0, H, D),
+                    posenc::view_shd(k.data() + t0 * H * D, t1 - t0, H, D), t0);
+    });
     benchmark::DoNotOptimize(q.data());
     benchmark::ClobberMemory();
   }
@@ -122,16 +154,29 @@ void rope_lowp_inplace(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(copy_qk)->Unit(benchmark::kMillisecond);
+BENCHMARK(rmw_qk)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, half_cached, posenc::rope_pairing::half, posenc::rope_cache_mode::cached)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, half_on_the_fly, posenc::rope_pairing::half,
                   posenc::rope_cache_mode::on_the_fly)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, interleaved_cached, posenc::rope_pairing::interleaved,
                   posenc::rope_cache_mode::cached)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(rope_qk, interleaved_on_the_fly, posenc::rope_pairing::interleaved,
                   posenc::rope_cache_mode::on_the_fly)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(rmw16_inplace)->Unit(benchmark::kMillisecond);
