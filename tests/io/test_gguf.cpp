@@ -440,6 +440,21 @@ TEST_CASE("gguf: corrupted headers are a posenc::error naming the field", "[io][
     CHECK(error_of([&] {
             io::gguf_file g(write_bytes("past.gguf", bytes.substr(0, bytes.size() - 4)));
           }).find("tensor \"v\"") != std::string::npos);
+    // an empty tensor in a file cut inside the padding before the data (the fuzzer's find):
+    // its data [0, 0) would start past the end
+    gguf_builder e;
+    e.tensor("empty", {0}, 0, "");
+    const std::string header = e.bytes();
+    // header 24 bytes, then name (8 + 5), n_dims 4, dims[0] 8, type 4, offset 8: 61, padded to 64
+    const std::size_t infos_end = 24 + 8 + 5 + 4 + 8 + 4 + 8;
+    REQUIRE(header.size() == 64);
+    for (std::size_t cut = infos_end; cut < header.size(); ++cut) {
+      INFO("cut at " << cut);
+      CHECK(error_of([&] {
+              io::gguf_file g(write_bytes("cut.gguf", header.substr(0, cut)));
+            }).find("tensor \"empty\": data [0, 0) past the data start") != std::string::npos);
+    }
+    CHECK(io::gguf_file(write_bytes("whole.gguf", header)).tensors().size() == 1);
   }
   SECTION("metadata over gguf_max_metadata_bytes") {
     b.kv("huge", STR, gstr(std::string(io::gguf_max_metadata_bytes, 'x')));

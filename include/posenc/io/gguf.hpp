@@ -663,9 +663,12 @@ class gguf_file {
                              what + ": offset " + std::to_string(t.offset) +
                                  " is not a multiple of the alignment " +
                                  std::to_string(alignment_));
-      const std::uint64_t room = file_.size() >= data_start_ ? file_.size() - data_start_ : 0;
+      // a data section that starts past the end (a file cut inside the padding) holds no
+      // tensor, not even an empty one
+      const bool starts_inside = data_start_ <= file_.size();
+      const std::uint64_t room = starts_inside ? file_.size() - data_start_ : 0;
       const std::uint64_t need = t.bytes.value_or(0);
-      if (t.offset > room || need > room - t.offset)
+      if (!starts_inside || t.offset > room || need > room - t.offset)
         posenc::detail::fail("io::gguf", "path", path_,
                              what + ": data [" + std::to_string(t.offset) + ", " +
                                  (t.bytes ? std::to_string(t.offset + need) : "?") +
