@@ -358,9 +358,12 @@ TEST_CASE("decode: GQA groups, several queries and head sizes off the vector wid
   // the decode kernel takes a group's query rows together against each key row and its
   // output rows together against blocks of value rows: groups of 3 and 4 query heads and
   // MHA, 1 to 8 queries (row counts that leave remainders of the kernels' pairs and fours),
-  // head sizes that leave partial packets, key counts that end inside a block
+  // head sizes that leave partial packets, key counts that end inside a block; and MHA
+  // with one query (one query row per key row) over several tiles and a last one cut short,
+  // in batches of different lengths
   const sizes cases[] = {sizes{1, 6, 2, 3, 2500, 37, 19}, sizes{2, 8, 2, 5, 1500, 72, 40},
-                         sizes{1, 3, 3, 8, 1100, 16, 9}, sizes{1, 4, 1, 1, 1030, 128, 128}};
+                         sizes{1, 3, 3, 8, 1100, 16, 9},  sizes{1, 4, 1, 1, 1030, 128, 128},
+                         sizes{2, 3, 3, 1, 2600, 72, 40}, sizes{1, 2, 2, 1, 1300, 128, 128}};
   for (const sizes& z : cases) {
     const problem<float> p(z, 41);
     posenc::attention_config opt;
@@ -624,7 +627,8 @@ TEST_CASE("half and bfloat16 inputs give the float result of the same values",
   auto check = [](auto tag) {
     using H = decltype(tag);
     std::vector<sizes> all{sizes{2, 4, 2, 70, 300, 76, 36}, sizes{2, 4, 2, 5, 3000, 76, 36},
-                           sizes{2, 4, 2, 1, 3000, 76, 36}, sizes{2, 3, 1, 2, 2000, 76, 36}};
+                           sizes{2, 4, 2, 1, 3000, 76, 36}, sizes{2, 3, 1, 2, 2000, 76, 36},
+                           sizes{2, 2, 2, 1, 3000, 76, 36}};
     if (emulated) all.resize(2);  // a prefill and a multi-row decode over chunk edges
     for (const sizes& z : all) {
       const problem<H> ph(z, 91);
