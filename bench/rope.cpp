@@ -29,8 +29,14 @@ namespace {
 constexpr posenc::Index L = 4096, H = 32, D = 128;
 constexpr std::size_t N = static_cast<std::size_t>(L * H * D);
 
-std::vector<float>& buffer(int which) {
-  static std::vector<float> bufs[4];
+// 64-byte aligned, as Eigen's (with AVX-512) and PyTorch's allocators give: a large
+// std::vector starts 16 bytes into a page, so every 64-byte load of the AVX-512 kernels
+// spans two cache lines, which cost the rotation 3-5 % from memory and the Eigen baseline,
+// which aligns its own loop, nothing (docs/benchmarks-history.md, issue 27).
+using aligned_buffer = std::vector<float, Eigen::aligned_allocator<float>>;
+
+aligned_buffer& buffer(int which) {
+  static aligned_buffer bufs[4];
   auto& b = bufs[which];
   if (b.empty()) {
     b.resize(N);

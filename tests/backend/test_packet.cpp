@@ -108,6 +108,20 @@ void check_conversions() {
     CHECK(fi[2 * i + 1] == static_cast<float>(c[i]));
     CHECK(fc[i] == static_cast<float>(s[i]));
   }
+  // float packets into float: every lane in its place, -0 and the lanes' order kept
+  using PF = posenc::simd::packet<float, B>;
+  constexpr int WF = PF::size;
+  float a[WF], b[WF], ab[2 * WF];
+  for (int i = 0; i < WF; ++i) {
+    a[i] = static_cast<float>(i + 1);
+    b[i] = i == 0 ? -0.0f : -static_cast<float>(100 + i);
+  }
+  store_interleaved(ab, PF::load(a), PF::load(b));
+  for (int i = 0; i < WF; ++i) {
+    CHECK(ab[2 * i] == a[i]);
+    CHECK(ab[2 * i + 1] == b[i]);
+  }
+  CHECK(std::signbit(ab[1]));
 }
 
 /// The float packet's softmax operations (packet.hpp): comparisons, select, |a|, rounding

@@ -137,11 +137,34 @@ void compare_token(const rope_case& rc, Index hs, Index ds, bool in_place, bool 
 TEST_CASE("SIMD RoPE rotation: its fused arithmetic bit for bit, the scalar kernel within 3 eps",
           "[backend][simd][rotary]") {
   const rope_case cases[] = {
-      {128, 128, 32, false}, {128, 128, 3, true}, {128, 32, 4, false},   {128, 32, 4, true},
-      {64, 64, 2, false},    {72, 72, 3, false},  {72, 72, 3, true},     {80, 80, 2, false},
-      {96, 96, 2, true},     {256, 64, 2, true},  {2, 2, 5, false},      {2, 2, 5, true},
-      {10, 6, 3, false},     {10, 6, 3, true},    {34, 34, 1, false},    {34, 34, 1, true},
-      {128, 24, 2, false},   {130, 130, 2, true}, {1030, 1030, 2, true}, {1030, 1030, 2, false}};
+      {128, 128, 32, false},
+      {128, 128, 3, true},
+      {128, 32, 4, false},
+      {128, 32, 4, true},
+      {64, 64, 2, false},
+      {72, 72, 3, false},
+      {72, 72, 3, true},
+      {80, 80, 2, false},
+      {96, 96, 2, true},
+      {256, 64, 2, true},
+      {2, 2, 5, false},
+      {2, 2, 5, true},
+      {10, 6, 3, false},
+      {10, 6, 3, true},
+      {34, 34, 1, false},
+      {34, 34, 1, true},
+      {128, 24, 2, false},
+      {130, 130, 2, true},
+      {1030, 1030, 2, true},
+      {1030, 1030, 2, false},
+      // interleaved rotations of 1, 2, 4 or 8 whole packets (cos/sin held in registers on
+      // some architecture and type), alone and with a pass-through tail
+      {64, 64, 2, true},
+      {16, 16, 3, true},
+      {8, 8, 3, true},
+      {40, 16, 3, true},
+      {136, 128, 2, true},
+      {32, 32, 5, true}};
   int tested = 0;
   posenc_test::for_each_simd_backend([&](auto tag) {
     using B = decltype(tag);
@@ -335,6 +358,50 @@ TEST_CASE("SIMD RoPE on the fly: rows computed per token equal the cached rows, 
       INFO(B::name() << " " << posenc::to_string(pairing));
       CHECK(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
     }
+  });
+}
+
+TEST_CASE("SIMD RoPE q and k in blocks of tokens: every token as if rotated alone",
+          "[backend][simd][rotary]") {
+  // rotary_embedding computes the rows of a block of tokens (detail::rope_row_block) before
+  // rotating them, q's tokens then k's: the result must be each token's own rotation, for
+  // rows from the cache, computed on the fly (xPos: distinct key rows), and both mixed in
+  // one block (ids past the cache limit), over several blocks and a partial one
+  const Index Bn = 2, L = 2 * posenc::detail::rope_row_block + 37, Hq = 3, Hk = 1, D = 64;
+  posenc::rope_config xc;
+  xc.head_dim = D;
+  xc.scaling = posenc::rope_scaling_type::xpos;
+  const posenc::rope_frequencies xpos = xc.frequencies();
+  std::vector<Index> ids(static_cast<std::size_t>(Bn * L));
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<Index> far(0, 1 << 20);
+  for (auto& id : ids) id = far(gen) % 3 == 0 ? far(gen) : far(gen) % 100;
+  posenc_test::for_each_simd_backend([&](auto tag) {
+    using B = decltype(tag);
+    for (auto pairing : {posenc::rope_pairing::half, posenc::rope_pairing::interleaved})
+      for (bool with_xpos : {false, true})
+        for (auto mode : {posenc::rope_cache_mode::cached, posenc::rope_cache_mode::on_the_fly}) {
+          posenc::rope_options opt;
+          opt.cache = mode;
+          opt.cache_limit = 100;  // ids below come from the cache, the far ones do not
+          const auto freqs = with_xpos ? xpos : posenc::plain_rope_frequencies(D);
+          posenc::rotary_embedding<float, B> all(D, freqs, pairing, opt), one = all;
+          auto q = posenc_test::random_values<float>(std::size_t(Bn * L * Hq * D), 21), q1 = q;
+          auto k = posenc_test::random_values<float>(std::size_t(Bn * L * Hk * D), 22), k1 = k;
+          all.apply_qk(posenc::view_bshd(q.data(), Bn, L, Hq, D),
+                       posenc::view_bshd(k.data(), Bn, L, Hk, D), ids);
+          for (Index b = 0; b < Bn; ++b)
+            for (Index l = 0; l < L; ++l) {
+              const Index id = ids[static_cast<std::size_t>(b * L + l)];
+              one.apply_qk(posenc::view_bshd(q1.data() + (b * L + l) * Hq * D, 1, 1, Hq, D),
+                           posenc::view_bshd(k1.data() + (b * L + l) * Hk * D, 1, 1, Hk, D), id);
+            }
+          INFO(B::name() << " " << posenc::to_string(pairing) << (with_xpos ? " xPos" : "")
+                         << (mode == posenc::rope_cache_mode::cached ? " cached" : " on the fly"));
+          CHECK(std::memcmp(q.data(), q1.data(), q.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(k.data(), k1.data(), k.size() * sizeof(float)) == 0);
+          CHECK(q != posenc_test::random_values<float>(q.size(), 21));  // something rotated
+        }
   });
 }
 
@@ -686,7 +753,8 @@ TEST_CASE("SIMD RoPE rotation, 16-bit storage: fused float model rounded once, s
   const rope_case cases[] = {{128, 128, 4, false}, {128, 128, 3, true}, {128, 32, 2, false},
                              {128, 32, 2, true},   {72, 72, 3, false},  {72, 72, 3, true},
                              {10, 6, 3, false},    {10, 6, 3, true},    {34, 34, 1, false},
-                             {34, 34, 1, true},    {2, 2, 5, true},     {1030, 1030, 2, true}};
+                             {34, 34, 1, true},    {2, 2, 5, true},     {1030, 1030, 2, true},
+                             {64, 64, 2, true},    {16, 16, 3, true},   {40, 16, 3, true}};
   int tested = 0;
   posenc_test::for_each_simd_backend([&](auto tag) {
     using B = decltype(tag);

@@ -94,6 +94,12 @@ inline avx2_f32 fnmadd(avx2_f32 a, avx2_f32 b, avx2_f32 c) noexcept {
   return {_mm256_fnmadd_ps(a.v, b.v, c.v)};
 }
 inline avx2_f32 swap_pairs(avx2_f32 a) noexcept { return {_mm256_permute_ps(a.v, 0xB1)}; }
+inline void store_interleaved(float* dst, avx2_f32 a, avx2_f32 b) noexcept {
+  const __m256 lo = _mm256_unpacklo_ps(a.v, b.v);  // a0 b0 a1 b1 | a4 b4 a5 b5
+  const __m256 hi = _mm256_unpackhi_ps(a.v, b.v);  // a2 b2 a3 b3 | a6 b6 a7 b7
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(dst + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
 inline avx2_f32 max(avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_max_ps(a.v, b.v)}; }
 inline avx2_f32 min(avx2_f32 a, avx2_f32 b) noexcept { return {_mm256_min_ps(a.v, b.v)}; }
 inline float reduce_add(avx2_f32 a) noexcept {

@@ -93,6 +93,13 @@ inline avx512_f32 fnmadd(avx512_f32 a, avx512_f32 b, avx512_f32 c) noexcept {
 inline avx512_f32 swap_pairs(avx512_f32 a) noexcept {
   return {_mm512_maskz_permute_ps(0xFFFF, a.v, 0xB1)};
 }
+inline void store_interleaved(float* dst, avx512_f32 a, avx512_f32 b) noexcept {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  _mm512_storeu_ps(dst, _mm512_maskz_permutex2var_ps(0xFFFF, a.v, lo, b.v));
+  _mm512_storeu_ps(dst + 16, _mm512_maskz_permutex2var_ps(0xFFFF, a.v, hi, b.v));
+}
 inline avx512_f32 max(avx512_f32 a, avx512_f32 b) noexcept {
   return {_mm512_maskz_max_ps(0xFFFF, a.v, b.v)};
 }

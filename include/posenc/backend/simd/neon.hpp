@@ -90,6 +90,10 @@ inline neon_f32 fnmadd(neon_f32 a, neon_f32 b, neon_f32 c) noexcept {
   return {vfmsq_f32(c.v, a.v, b.v)};
 }
 inline neon_f32 swap_pairs(neon_f32 a) noexcept { return {vrev64q_f32(a.v)}; }
+inline void store_interleaved(float* dst, neon_f32 a, neon_f32 b) noexcept {
+  vst1q_f32(dst, vzip1q_f32(a.v, b.v));
+  vst1q_f32(dst + 4, vzip2q_f32(a.v, b.v));
+}
 inline neon_f32 max(neon_f32 a, neon_f32 b) noexcept { return {vmaxq_f32(a.v, b.v)}; }
 inline neon_f32 min(neon_f32 a, neon_f32 b) noexcept { return {vminq_f32(a.v, b.v)}; }
 inline float reduce_add(neon_f32 a) noexcept { return vaddvq_f32(a.v); }

@@ -25,8 +25,9 @@
 ///     reduce_add(a)  reduce_max(a)    one scalar from all lanes, as a pairwise tree whose
 ///                                     order is per architecture (sums may differ between
 ///                                     backends in the last bits)
-///     store_interleaved(dst, a, b)    writes [a0 b0 a1 b1 ...] (2*size values); for double
-///                                     packets also into a float dst (each value rounded once)
+///     store_interleaved(dst, a, b)    writes [a0 b0 a1 b1 ...] (2*size values) into a dst
+///                                     of the packet's type; for double packets also into a
+///                                     float dst (each value rounded once)
 ///     store_cvt(float* dst, a)        double packet rounded to float, `size` values
 ///
 /// Float packets also have what a lane-wise softmax needs (backend/simd/flash.hpp):

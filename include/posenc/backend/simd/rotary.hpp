@@ -19,10 +19,14 @@
 /// u (|x_b s| + |y| + |y_scalar|), u = 2^-24 for float, 2^-53 for double.
 ///
 /// Loop order: heads outside, packet chunks inside, so each head is streamed in memory
-/// order; the token's cos/sin stay in registers (half pairing, up to 8 packets) or in L1
-/// (the interleaved pairing expands them once per token) and are reused by every head. In
-/// cache the interleaved pairing walks four heads side by side, so each cos/sin load serves
-/// four; a call that streams from memory (rope_token::streaming) walks one head at a time.
+/// order; the token's cos/sin are reused by every head. The half pairing keeps them in
+/// registers (up to 8 packets); the interleaved pairing expands them once per call (with
+/// packet shuffles) and keeps the expansion in registers when the rotation is 1, 2, 4 or 8
+/// whole packets within half the register file (AVX-512: up to 128 dims), so both
+/// pairings then do the same work per packet plus one in-register pair swap. Otherwise the
+/// expansion stays in L1: in cache four heads are walked side by side, so each cos/sin load
+/// serves four; a call that streams from memory (rope_token::streaming) walks one head at a
+/// time.
 ///
 ///     half         chunk i: a = x[i .. i+W), b = x[i+r/2 .. i+r/2+W), c, s = cos/sin[i .. i+W)
 ///                  y_a = fnmadd(b, s, a c),  y_b = fmadd(a, s, b c)
@@ -129,6 +133,92 @@ void rope_half(const kernels::rope_token<T, C>& t) noexcept {
   rope_copy_tail(t);
 }
 
+/// The interleaved pairing's cos/sin of one token expanded for packets: cb = [c0 c0 c1 c1
+/// ...], sb = [-s0 s0 -s1 s1 ...] with s = sgn * sin (2 * pairs values each; the signs are
+/// exact multiplications, so -0 stays -0). A packet of pairs at a time: a scalar loop here
+/// cost about as much as the rotation it feeds when q and k stream from memory
+/// (docs/benchmarks-history.md, issue 27).
+template <class Arch, class C>
+void rope_expand_interleaved(const C* cos, const C* sin, Index pairs, C sgn, C* cb,
+                             C* sb) noexcept {
+  using P = packet<C, Arch>;
+  constexpr int W = P::size;
+  const P pos = P::broadcast(sgn), neg = P::broadcast(-sgn);
+  Index i = 0;
+  for (; i + W <= pairs; i += W) {
+    const P c = P::load(cos + i), sn = P::load(sin + i);
+    store_interleaved(cb + 2 * i, c, c);
+    store_interleaved(sb + 2 * i, sn * neg, sn * pos);
+  }
+  for (; i < pairs; ++i) {
+    const C c = cos[i], sn = sgn * sin[i];
+    cb[2 * i] = c;
+    cb[2 * i + 1] = c;
+    sb[2 * i] = -sn;
+    sb[2 * i + 1] = sn;
+  }
+}
+
+/// The interleaved pairing of one token whose rotary dims are exactly K packets, K <=
+/// P::registers / 4: the expanded cos/sin (2K packets) stay in registers across heads, so
+/// each packet of a head costs one load, one pair swap, a multiply, an FMA and one store,
+/// the half pairing's work. One head at a time, in dim order (in cache and from memory).
+template <int K, class Arch, class T, class C>
+void rope_interleaved(const kernels::rope_token<T, C>& t, const C* cb, const C* sb) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = typename IO::packet_type;
+  constexpr int W = P::size;
+  static_assert(K >= 1 && 4 * K <= P::registers, "cos/sin must leave half the registers free");
+  P c[K], s[K];
+  for (int k = 0; k < K; ++k) {
+    c[k] = P::load(cb + k * W);
+    s[k] = P::load(sb + k * W);
+  }
+  const T* const in = t.in;
+  T* const out = t.out;
+  const Index ihs = t.in_head_stride, ohs = t.out_head_stride;
+  for (Index h = 0; h < t.heads; ++h) {
+    const T* x = in + h * ihs;
+    T* y = out + h * ohs;
+    for (int k = 0; k < K; ++k) {
+      const P v = IO::load(x + k * W);
+      IO::store(y + k * W, fmadd(swap_pairs(v), s[k], v * c[k]));
+    }
+  }
+}
+
+/// rope_interleaved<K> when its 2K cos/sin packets fit half the register file; false,
+/// having done nothing, otherwise.
+template <int K, class Arch, class T, class C>
+bool rope_interleaved_if_fits(const kernels::rope_token<T, C>& t, const C* cb,
+                              const C* sb) noexcept {
+  if constexpr (4 * K <= storage_io<T, Arch>::packet_type::registers) {
+    rope_interleaved<K, Arch>(t, cb, sb);
+    return true;
+  } else {
+    return false;
+  }
+}
+
+/// The interleaved pairing in registers for a rotation of `packets` whole packets (1, 2, 4
+/// or 8, as the register file allows); false, having done nothing, for other counts.
+template <class Arch, class T, class C>
+bool rope_interleaved_in_registers(const kernels::rope_token<T, C>& t, Index packets, const C* cb,
+                                   const C* sb) noexcept {
+  switch (packets) {
+    case 1:
+      return rope_interleaved_if_fits<1, Arch>(t, cb, sb);
+    case 2:
+      return rope_interleaved_if_fits<2, Arch>(t, cb, sb);
+    case 4:
+      return rope_interleaved_if_fits<4, Arch>(t, cb, sb);
+    case 8:
+      return rope_interleaved_if_fits<8, Arch>(t, cb, sb);
+    default:
+      return false;
+  }
+}
+
 /// Elements of T in the stack buffer of rope_rotate_strided.
 inline constexpr Index rope_strided_buffer = 2048;
 
@@ -210,12 +300,11 @@ void rope_rotate(const kernels::rope_token<T, C>& t) noexcept {
     // is fl(fl(a c) - b s), lane 2i+1 fl(fl(b c) + a s), the half pairing's arithmetic
     alignas(64) C cb[rope_stack_dims];
     alignas(64) C sb[rope_stack_dims];
-    for (Index i = 0; i < pairs; ++i) {
-      const C c = t.cos[i], sn = sgn * t.sin[i];
-      cb[2 * i] = c;
-      cb[2 * i + 1] = c;
-      sb[2 * i] = -sn;
-      sb[2 * i + 1] = sn;
+    detail::rope_expand_interleaved<Arch>(t.cos, t.sin, pairs, sgn, cb, sb);
+    // whole packets whose expansion fits half the register file stay in registers
+    if (r % W == 0 && detail::rope_interleaved_in_registers<Arch>(t, r / W, cb, sb)) {
+      detail::rope_copy_tail(t);
+      return;
     }
     // In cache, four heads per pass over the expanded cos/sin: one load of each serves
     // four rotations (the stack copy is reloaded from L1 for every packet; an 8-lane

@@ -114,6 +114,14 @@ class rope_positions {
 
 namespace detail {
 
+/// Tokens whose cos/sin rows a RoPE call computes together (rows the cache does not hold)
+/// before rotating them, q's tokens of the block and then k's. 64 rows read the whole
+/// fine angle table of angle addition in one sweep (row f of position n is f = n mod 64),
+/// which a memory-bound call has evicted since the last block; 16 and 4 rows were 2-10 %
+/// slower from memory (docs/benchmarks-history.md, issue 27). 64 rows of 128 dims: 32 KiB
+/// of floats, 64 KiB with the keys' rows of xPos.
+inline constexpr Index rope_row_block = 64;
+
 /// One tensor of a RoPE call: its input, its output (the input itself when in place) and
 /// whether it holds queries or keys.
 template <class Scalar>
@@ -469,9 +477,17 @@ class rotary_embedding {
     const bool xpos = f.has_xpos();
     bool any_key = false;
     for (int j = 0; j < count; ++j) any_key = any_key || jobs[j].role == rope_role::key;
-    std::vector<real_type> scratch(static_cast<std::size_t>(4 * pairs));
-    // rows the cache does not hold: the cache's own writer, so they equal cached rows
+    // Rows the cache does not hold come from the cache's own writer (so they equal cached
+    // rows), a block of tokens' rows before those tokens are rotated: one row computed
+    // between every two tokens' rotations cost ten times its own time when q and k stream
+    // from memory (docs/benchmarks-history.md, issue 27).
+    constexpr Index block = detail::rope_row_block;
+    const std::size_t row_values = static_cast<std::size_t>(4 * pairs);  // cos/sin, q and k
+    std::vector<real_type> scratch;
     std::optional<detail::rope_row_writer<Backend>> writer;
+    struct token_rows {
+      const real_type *cq, *sq, *ck, *sk;
+    } rows[block];
 
     kernels::rope_token<Scalar, real_type> t;
     t.head_dim = head_dim_;
@@ -488,43 +504,48 @@ class rotary_embedding {
 
     // batch, then tokens: one cos/sin row per token, reused by every head of q and k
     for (Index b = 0; b < batch; ++b) {
-      for (Index l = 0; l < seq; ++l) {
-        const Index n = !positions.has_ids() ? positions.offset() + l
-                        : shared_ids         ? positions.ids()[l]
-                                             : positions.ids()[b * seq + l];
-        const real_type *cq, *sq, *ck, *sk;
-        if (cached && n < cache_.size()) {
-          cq = cache_.cos(n, rope_role::query);
-          sq = cache_.sin(n, rope_role::query);
-          ck = cache_.cos(n, rope_role::key);
-          sk = cache_.sin(n, rope_role::key);
-        } else {
-          real_type* s = scratch.data();
-          if (!writer) writer.emplace(cache_.writer());
+      for (Index l0 = 0; l0 < seq; l0 += block) {
+        const Index tokens = std::min(block, seq - l0);
+        for (Index i = 0; i < tokens; ++i) {
+          const Index l = l0 + i;
+          const Index n = !positions.has_ids() ? positions.offset() + l
+                          : shared_ids         ? positions.ids()[l]
+                                               : positions.ids()[b * seq + l];
+          token_rows& r = rows[i];
+          if (cached && n < cache_.size()) {
+            r = {cache_.cos(n, rope_role::query), cache_.sin(n, rope_role::query),
+                 cache_.cos(n, rope_role::key), cache_.sin(n, rope_role::key)};
+            continue;
+          }
+          if (!writer) {
+            writer.emplace(cache_.writer());
+            scratch.resize(static_cast<std::size_t>(block) * row_values);
+          }
+          real_type* s = scratch.data() + static_cast<std::size_t>(i) * row_values;
           writer->row(n, rope_role::query, s, s + pairs);
-          cq = s;
-          sq = s + pairs;
-          ck = cq;
-          sk = sq;
+          r = {s, s + pairs, s, s + pairs};
           if (xpos && any_key) {
             writer->row(n, rope_role::key, s + 2 * pairs, s + 3 * pairs);
-            ck = s + 2 * pairs;
-            sk = s + 3 * pairs;
+            r.ck = s + 2 * pairs;
+            r.sk = s + 3 * pairs;
           }
         }
         for (int j = 0; j < count; ++j) {
           const job& jb = jobs[j];
-          t.in = jb.in.data() + b * jb.in.stride(0) + l * jb.in.stride(1);
-          t.in_head_stride = jb.in.stride(2);
-          t.in_dim_stride = jb.in.stride(3);
-          t.out = jb.out.data() + b * jb.out.stride(0) + l * jb.out.stride(1);
-          t.out_head_stride = jb.out.stride(2);
-          t.out_dim_stride = jb.out.stride(3);
-          t.heads = jb.in.extent(2);
-          const bool key = jb.role == rope_role::key;
-          t.cos = key ? ck : cq;
-          t.sin = key ? sk : sq;
-          kernels::rope_rotate(Backend{}, t);
+          for (Index i = 0; i < tokens; ++i) {
+            const Index l = l0 + i;
+            t.in = jb.in.data() + b * jb.in.stride(0) + l * jb.in.stride(1);
+            t.in_head_stride = jb.in.stride(2);
+            t.in_dim_stride = jb.in.stride(3);
+            t.out = jb.out.data() + b * jb.out.stride(0) + l * jb.out.stride(1);
+            t.out_head_stride = jb.out.stride(2);
+            t.out_dim_stride = jb.out.stride(3);
+            t.heads = jb.in.extent(2);
+            const bool key = jb.role == rope_role::key;
+            t.cos = key ? rows[i].ck : rows[i].cq;
+            t.sin = key ? rows[i].sk : rows[i].sq;
+            kernels::rope_rotate(Backend{}, t);
+          }
         }
       }
     }
