@@ -9,6 +9,7 @@
 #include <posenc/backend/simd/avx2.hpp>
 #include <posenc/backend/simd/avx512.hpp>
 #include <posenc/backend/simd/neon.hpp>
+#include <type_traits>
 #include <vector>
 
 #include "backends.hpp"
@@ -83,6 +84,22 @@ void check_packet_ops() {
     for (int i = 0; i < W; ++i) sum += a[i];  // exact: small integers plus quarters
     CHECK(reduce_max(P::load(a)) == T(100.25));
     CHECK(reduce_add(P::load(a)) == sum);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    // reduce_add_each: lane c is packet c's sum (exact: distinct powers of two per lane
+    // and packet, so a lane summed into the wrong output, or twice, shows)
+    P v[W];
+    T want[W];
+    for (int c = 0; c < W; ++c) {
+      want[c] = 0;
+      for (int i = 0; i < W; ++i) {
+        a[i] = std::ldexp(T(1), i) + T(c) * T(65536);
+        want[c] += a[i];
+      }
+      v[c] = P::load(a);
+    }
+    reduce_add_each(v).store(out);
+    for (int c = 0; c < W; ++c) CHECK(out[c] == want[c]);
   }
 }
 

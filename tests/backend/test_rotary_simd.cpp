@@ -637,31 +637,90 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 #endif
 }
 
-// simd::dot / simd::axpy (decode's row kernels) on storage T: the float result of the
-// widened values bit for bit, a double computation within the float bound, one fused
-// multiply-add per value, and (each operand in a heap block of exactly n values, so ASan
-// sees any access past it) every length from 0 to 5 packets + 3.
+// simd::dot / dot_block / axpy (decode's row kernels) on storage T: the float result of
+// the widened values bit for bit, a double computation within the float bound, a key's
+// dot the same alone as in any block, one fused multiply-add per value, and (each operand
+// in a heap block of exactly the values it spans, so ASan sees any access past it) every
+// length from 0 to 5 packets + 3.
 template <class T, class B>
 void check_widening_ops(const char* type) {
   using posenc::simd::axpy;
-  using posenc::simd::dot;
-  constexpr Index W = posenc::simd::packet<float, B>::size;
+  using posenc::simd::dot_block;
+  constexpr int W = posenc::simd::packet<float, B>::size;
   INFO(B::name() << " " << type);
   for (Index n = 0; n <= 5 * W + 3; ++n) {
     INFO("n = " << n);
     const auto size = static_cast<std::size_t>(n);
-    const std::vector<float> a = posenc_test::random_values<float>(size, 3);
     const std::vector<float> x0 = posenc_test::random_values<float>(size, 4);
     const std::vector<T> x(x0.begin(), x0.end());
     const std::vector<float> xw(x.begin(), x.end());  // x widened
-    const float got = dot<B>(a.data(), x.data(), n);
-    CHECK(bits32(got) == bits32(dot<B>(a.data(), xw.data(), n)));
-    double want = 0, mag = 0;
-    for (std::size_t i = 0; i < size; ++i) {
-      want += double(a[i]) * double(xw[i]);
-      mag += std::abs(double(a[i]) * double(xw[i]));
+
+    // dot: one row against one row (MHA decode with one query)
+    {
+      const std::vector<float> a = posenc_test::random_values<float>(size, 3);
+      const float got = posenc::simd::dot<B>(a.data(), x.data(), n);
+      CHECK(bits32(got) == bits32(posenc::simd::dot<B>(a.data(), xw.data(), n)));
+      double want = 0, mag = 0;
+      for (std::size_t i = 0; i < size; ++i) {
+        want += double(a[i]) * double(xw[i]);
+        mag += std::abs(double(a[i]) * double(xw[i]));
+      }
+      CHECK(std::abs(double(got) - want) <= double(n + 1) * 0x1p-24 * mag);
     }
-    CHECK(std::abs(double(got) - want) <= double(n + 1) * 0x1p-24 * mag);
+
+    // dot_block: m query rows against `keys` key rows ldb apart (ldb > n: gaps between
+    // rows), the rows in one block of exactly (keys - 1) ldb + n values
+    for (int keys : {1, 2, W - 1, W}) {
+      if (keys < 1) continue;
+      const Index ldb = n + 3;
+      const auto span = static_cast<std::size_t>((keys - 1) * ldb + n);
+      const std::vector<float> kf = posenc_test::random_values<float>(span, 20 + keys);
+      const std::vector<T> kt(kf.begin(), kf.end());
+      const std::vector<float> kw(kt.begin(), kt.end());  // widened
+      for (int m = 1; m <= 3; ++m) {
+        INFO("keys " << keys << ", rows " << m);
+        std::vector<std::vector<float>> qs, got(static_cast<std::size_t>(m)),
+            got_w(static_cast<std::size_t>(m));
+        std::vector<const float*> qp;
+        std::vector<float*> op, opw;
+        for (int r = 0; r < m; ++r) {
+          qs.push_back(posenc_test::random_values<float>(size, 10 + r));
+          qp.push_back(qs.back().data());
+          got[static_cast<std::size_t>(r)].assign(static_cast<std::size_t>(keys), 0.0f);
+          got_w[static_cast<std::size_t>(r)].assign(static_cast<std::size_t>(keys), 0.0f);
+          op.push_back(got[static_cast<std::size_t>(r)].data());
+          opw.push_back(got_w[static_cast<std::size_t>(r)].data());
+        }
+        dot_block<B>(qp.data(), m, kt.data(), ldb, keys, n, op.data());
+        dot_block<B>(qp.data(), m, kw.data(), ldb, keys, n, opw.data());
+        bool same = true, alone = true, close = true;
+        for (int r = 0; r < m; ++r)
+          for (int c = 0; c < keys; ++c) {
+            const float v = got[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)];
+            same =
+                same && bits32(v) ==
+                            bits32(got_w[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)]);
+            // the same key alone, read from a copy of its row
+            const std::vector<T> row(kt.begin() + c * ldb, kt.begin() + c * ldb + n);
+            float one = 0;
+            float* o = &one;
+            dot_block<B>(&qp[static_cast<std::size_t>(r)], 1, row.data(), 0, 1, n, &o);
+            alone = alone && bits32(one) == bits32(v);
+            double want = 0, mag = 0;
+            for (std::size_t i = 0; i < size; ++i) {
+              const double p = double(qs[static_cast<std::size_t>(r)][i]) *
+                               double(kw[static_cast<std::size_t>(c * ldb) + i]);
+              want += p;
+              mag += std::abs(p);
+            }
+            close = close && std::abs(double(v) - want) <= double(n + W) * 0x1p-24 * mag;
+          }
+        CHECK(same);
+        CHECK(alone);
+        CHECK(close);
+      }
+    }
+
     const std::vector<float> y0 = posenc_test::random_values<float>(size, 5);
     std::vector<float> y = y0, yw = y0;
     axpy<B>(0.75f, x.data(), n, y.data());
@@ -674,22 +733,10 @@ void check_widening_ops(const char* type) {
     CHECK(same);
     CHECK(fused);
 
-    // dot_rows / axpy_rows (a GQA group's rows against shared key or value rows): the bits
-    // of the one-row calls, for every row count up to 7 (pairs, fours and the remainder)
-    // and blocks of up to 5 value rows
+    // axpy_rows (a GQA group's rows against shared value rows): the bits of the one-row
+    // calls, for every row count up to 7 (fours and the remainder) and blocks of up to 5
+    // value rows
     for (int m = 1; m <= 7; ++m) {
-      std::vector<std::vector<float>> qs;
-      std::vector<const float*> qp;
-      for (int r = 0; r < m; ++r) qs.push_back(posenc_test::random_values<float>(size, 10 + r));
-      for (const auto& r : qs) qp.push_back(r.data());
-      std::vector<float> dots(static_cast<std::size_t>(m));
-      posenc::simd::dot_rows<B>(qp.data(), m, x.data(), n, dots.data());
-      bool rows_same = true;
-      for (int r = 0; r < m; ++r)
-        rows_same = rows_same && bits32(dots[static_cast<std::size_t>(r)]) ==
-                                     bits32(dot<B>(qp[static_cast<std::size_t>(r)], x.data(), n));
-      CHECK(rows_same);
-
       const int keys = 1 + m % 5;
       std::vector<std::vector<T>> xs;
       std::vector<const T*> xp;

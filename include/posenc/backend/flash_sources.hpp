@@ -97,7 +97,39 @@ struct kv_row_source {
     if (!b0.data && !widen_in_registers) buf.resize(static_cast<std::size_t>(n));
   }
 
-  /// q · row j of head h (q: cols values).
+  /// Keys one dot_block call takes: a packet's lanes (the packet kernel sums a block's
+  /// dots lane-wise at once), 1 without packets.
+  static constexpr int dot_block_keys() noexcept {
+    if constexpr (packet_rows)
+      return simd::packet<Real, Backend>::size;
+    else
+      return 1;
+  }
+  /// out[i][c] = qs[i] · row j + c of head h, for the query rows i < m that share those
+  /// key rows (a GQA group's heads, several queries) and c < keys <= dot_block_keys: each
+  /// key row read once for all of them. A key's dot is the same wherever its row is read
+  /// from (in place, widened in registers, converted into a buffer) and whatever block it
+  /// is in (simd::dot_block), so strided and 16-bit keys give the contiguous float result.
+  void dot_block(Index h, Index j, int keys, const Real* const* qs, int m,
+                 Real* const* out) noexcept {
+    const kv_block<Real>& b = hcs[h].*block;
+    if constexpr (packet_storage)
+      if (widen_in_registers)
+        return simd::dot_block<Backend>(qs, m, stored_row(h, j), source(b).stride(0), keys, n, out);
+    if constexpr (packet_rows)
+      if (b.data) return simd::dot_block<Backend>(qs, m, b.row(j), b.ld, keys, n, out);
+    for (int c = 0; c < keys; ++c) {  // rows converted one at a time, shared by the m rows
+      const Real* r = row(h, j + c);
+      for (int i = 0; i < m; ++i) {
+        Real* o = out[i] + c;
+        if constexpr (packet_rows)
+          simd::dot_block<Backend>(qs + i, 1, r, 0, 1, n, &o);
+        else
+          *o = crow(qs[i], n).dot(crow(r, n));
+      }
+    }
+  }
+  /// q · row j of head h (q: cols values): one query row per key row (MHA, one query).
   Real dot(Index h, Index j, const Real* q) noexcept {
     if constexpr (packet_storage)
       if (widen_in_registers) return simd::dot<Backend>(q, stored_row(h, j), n);
@@ -106,18 +138,6 @@ struct kv_row_source {
       return simd::dot<Backend>(q, r, n);
     else
       return crow(q, n).dot(crow(r, n));
-  }
-  /// out[i] = qs[i] · row j of head h, i < m: the query rows that share that key row (a
-  /// GQA group's heads, several queries), with the row loaded once per two of them and
-  /// the bits of m calls of dot.
-  void dots(Index h, Index j, const Real* const* qs, int m, Real* out) noexcept {
-    if constexpr (packet_storage)
-      if (widen_in_registers) return simd::dot_rows<Backend>(qs, m, stored_row(h, j), n, out);
-    const Real* r = row(h, j);
-    if constexpr (packet_rows)
-      simd::dot_rows<Backend>(qs, m, r, n, out);
-    else
-      for (int i = 0; i < m; ++i) out[i] = crow(qs[i], n).dot(crow(r, n));
   }
   /// o += a · row j of head h.
   void axpy(Index h, Index j, Real a, Real* o) noexcept {

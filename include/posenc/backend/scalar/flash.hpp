@@ -358,8 +358,9 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 }
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
-/// head's rows loaded in ws[h] by begin_block; ks.dot(h, j, q) is q · key row j of head h,
-/// vs.axpy(h, j, a, o) adds a · value row j of head h to o (wherever and in whatever
+/// head's rows loaded in ws[h] by begin_block; ks.dot_block(h, j, n, q, m, s) takes the
+/// dots of m query rows with key rows j .. j + n of head h, vs.axpy_block(...) adds a block
+/// of value rows of head h, weighted, to m output rows (wherever and in whatever
 /// storage the rows are: kv_row_source), and ks.prefetch(h, j) asks for one ahead. Keys
 /// outer, heads inner: K and V of a [keys, heads, d] buffer are then read as one forward
 /// stream of whole rows, where one head at a time reads 512 bytes of every 4 KiB row
@@ -370,25 +371,26 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// accumulate with dot products and row updates instead of GEMMs, so sums run in another
 /// order (results agree within rounding, and do not depend on the thread count).
 /// The row pointers accumulate_heads works through (per thread, sized for count · nb
-/// rows, so that nothing is allocated per call of it): query, probability and output rows
-/// of every head's block, head-major, and one key's dot products.
+/// rows, so that nothing is allocated per call of it): query, score (= probability) and
+/// output rows of every head's block, head-major, and the current key block's pointers.
 template <class Real>
 struct head_rows {
   std::vector<const Real*> q, p, block_p;  // block_p: p at the current value block's key
-  std::vector<Real*> o;
-  std::vector<Real> dots;
+  std::vector<Real*> o, s, block_s;  // s: the score rows (p's memory), block_s: at a key block
   explicit head_rows(Index rows = 0)
       : q(static_cast<std::size_t>(rows)),
         p(static_cast<std::size_t>(rows)),
         block_p(static_cast<std::size_t>(rows)),
         o(static_cast<std::size_t>(rows)),
-        dots(static_cast<std::size_t>(rows)) {}
+        s(static_cast<std::size_t>(rows)),
+        block_s(static_cast<std::size_t>(rows)) {}
 };
 
 /// `key_group` consecutive heads share their key rows and `value_group` their value rows
 /// (GQA: heads / kv_heads; 1 for MHA, and for keys a policy transforms per query head):
-/// the dot products of all their query rows with one key row are taken together
-/// (KRows::dots) and all their output rows take a block of value rows together
+/// the dot products of all their query rows with a block of key rows are taken together
+/// (KRows::dot_block, a packet's width of keys) and all their output rows take a block of
+/// value rows together
 /// (VRows::axpy_block, each output value kept in a register over the block), so each K and
 /// V row is read once per group.
 template <class Policy, class Real, class KRows, class VRows>
@@ -398,25 +400,44 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
   constexpr Index vb = VRows::max_block;
+  constexpr Index kb = KRows::dot_block_keys();
   for (Index h = 0; h < count; ++h)
     for (Index r = 0; r < nb; ++r) {
       const auto i = static_cast<std::size_t>(h * nb + r);
       hr.q[i] = ws[h].q.row(r).data();
-      hr.p[i] = ws[h].s.row(r).data();
+      hr.s[i] = ws[h].s.row(r).data();
+      hr.p[i] = hr.s[i];
       hr.o[i] = ws[h].o.row(r).data();
     }
   const int key_rows = static_cast<int>(key_group * nb),
             value_rows = static_cast<int>(value_group * nb);
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
-    for (Index c = 0; c < nk; ++c)
-      for (Index h0 = 0; h0 < count; h0 += key_group) {
-        if (c + prefetch_keys < nk) ks.prefetch(h0, j0 + c + prefetch_keys);
-        ks.dots(h0, j0 + c, hr.q.data() + h0 * nb, key_rows, hr.dots.data());
-        const Real* d = hr.dots.data();
-        for (Index h = h0; h < h0 + key_group; ++h)
-          for (Index r = 0; r < nb; ++r) ws[h].s(r, c) = *d++;
+    if (key_rows == 1) {
+      // one query row per key row (MHA, one query): key by key, every head of a key
+      // before the next, so K is read as one forward stream of whole rows. Blocks of keys
+      // per head (below) read one short run of each [keys, heads, d] row at a time, which
+      // cost this case 5-15 % from memory, and pairs of rows in this order summed as a
+      // block lost 12-25 % (docs/benchmarks-history.md, issue 27)
+      for (Index c = 0; c < nk; ++c)
+        for (Index h0 = 0; h0 < count; ++h0) {
+          if (c + prefetch_keys < nk) ks.prefetch(h0, j0 + c + prefetch_keys);
+          ws[h0].s(0, c) = ks.dot(h0, j0 + c, hr.q[static_cast<std::size_t>(h0 * nb)]);
+        }
+    } else {
+      // blocks of kb keys: a group's scores of a block are written to s[i] + c0 at once
+      for (Index c0 = 0; c0 < nk; c0 += kb) {
+        const int n = static_cast<int>(std::min(kb, nk - c0));
+        for (Index h0 = 0; h0 < count; h0 += key_group) {
+          for (Index c = c0; c < c0 + n && c + prefetch_keys < nk; ++c)
+            ks.prefetch(h0, j0 + c + prefetch_keys);
+          for (int i = 0; i < key_rows; ++i)
+            hr.block_s[static_cast<std::size_t>(i)] =
+                hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
+          ks.dot_block(h0, j0 + c0, n, hr.q.data() + h0 * nb, key_rows, hr.block_s.data());
+        }
       }
+    }
     for (Index h = 0; h < count; ++h)
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
     // blocks of vb keys: the probabilities of a block are p[i] + c0

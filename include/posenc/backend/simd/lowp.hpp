@@ -9,11 +9,13 @@
 ///     load(p)  load_partial(p, n)         P::size values of T (lanes [0, n), the rest 0)
 ///     store(p, v)  store_partial(p, v, n) rounded to T; store_partial writes only n values
 ///
-/// and three row kernels on it, for T = float, half or bfloat16 (has_widening_ops_v):
+/// and row kernels on it, for T = float, half or bfloat16 (has_widening_ops_v):
 ///
 ///     widen(src, n, dst)              dst[i] = float(src[i])
-///     dot(a, b, n)  axpy(alpha, x, n, y)   a · float(b) and y += alpha · float(x), widened
-///                                     in registers; the same bits as on float inputs
+///     dot(a, b, n)                    a · float(b), one row
+///     dot_block(a, m, b, ldb, keys, n, out)   query rows · a block of key rows
+///     axpy(alpha, x, n, y)  axpy_rows(...)     y += alpha · float(x), and for a block of rows
+///                                     widened in registers; the same bits as on float inputs
 ///
 /// Defined for 16-bit types:
 ///
@@ -50,6 +52,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "../../core/types.hpp"
 #include "packets.hpp"
@@ -440,6 +443,18 @@ struct has_widening_ops<Arch, T, std::enable_if_t<has_storage_io_v<T, Arch>>>
 template <class Arch, class T>
 inline constexpr bool has_widening_ops_v = has_widening_ops<Arch, T>::value;
 
+/// out[i][c] = sum_k a[i][k] * float(b[c * ldb + k]), k < n, for query rows i < m and
+/// key rows c < keys <= W (the packet width): a block of keys against the query rows that
+/// share them (a GQA group's heads, several queries), each b packet widened in a register
+/// as it is loaded (no converted copy). Every dot has one accumulator packet, fed the
+/// packets of k in increasing order (a partial last packet zero-filled), and the W
+/// accumulators of a row are summed lane-wise at once (reduce_add_each): a fixed order per
+/// architecture that does not depend on T, on where the key sits in a block or on how many
+/// keys the block has, so 16-bit b gives exactly the float result of its widened values
+/// and a key gives the same dot alone (keys = 1, ldb = 0) as in any block. A block's W
+/// independent accumulators keep the FMA units busy, and each query packet is loaded once
+/// per pass over the keys (the query rows stay in L1 across blocks). Writes out[i][c] for
+/// c < keys only. Needs has_widening_ops_v<Arch, T>.
 /// sum_i a[i] * float(b[i]), i < n: each b packet widened in a register as it is loaded
 /// (no converted copy). Four accumulators over whole groups of 4 packets, then single
 /// packets and the partial tail into the first, summed as (a0 + a1) + (a2 + a3): the order
@@ -466,48 +481,73 @@ inline float dot(const float* a, const T* b, Index n) noexcept {
   return reduce_add((a0 + a1) + (a2 + a3));
 }
 
-/// out[m] = dot<Arch>(a[m], b, n) for m < count: the same sums in the same order (so the
-/// same bits) as `count` calls of dot, with each b packet loaded and widened once for two
-/// rows (query heads of a GQA group, or several queries, against one key row).
-template <class Arch, class T>
-inline void dot_rows(const float* const* a, int count, const T* b, Index n, float* out) noexcept {
+namespace detail {
+
+/// f(std::integral_constant<int, 0>{}), ..., f(...<N - 1>{}): a loop unrolled at compile
+/// time, so that arrays of packets indexed by it stay in registers (GCC keeps a W-key loop
+/// of W x 8 FMAs rolled, and the accumulators in memory).
+template <class F, int... I>
+inline void unrolled(F&& f, std::integer_sequence<int, I...>) noexcept {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+inline void unrolled(F&& f) noexcept {
+  unrolled(f, std::make_integer_sequence<int, N>{});
+}
+
+/// dot_block for every key of a full block (Full: keys == W, rows ldb apart) or for
+/// `keys` < W of them (the missing keys repeat the last one; their lanes are not stored).
+template <class Arch, class T, bool Full>
+inline void dot_block_rows(const float* const* a, int m, const T* b, Index ldb, int keys, Index n,
+                           float* const* out) noexcept {
   using IO = storage_io<T, Arch>;
   using P = packet<float, Arch>;
-  constexpr Index W = P::size;
-  int m = 0;
-  for (; m + 2 <= count; m += 2) {
-    const float* x = a[m];
-    const float* y = a[m + 1];
-    P x0 = P::zero(), x1 = P::zero(), x2 = P::zero(), x3 = P::zero();
-    P y0 = P::zero(), y1 = P::zero(), y2 = P::zero(), y3 = P::zero();
-    Index i = 0;
-    for (; i + 4 * W <= n; i += 4 * W) {
-      const P b0 = IO::load(b + i), b1 = IO::load(b + i + W), b2 = IO::load(b + i + 2 * W),
-              b3 = IO::load(b + i + 3 * W);
-      x0 = fmadd(P::load(x + i), b0, x0);
-      y0 = fmadd(P::load(y + i), b0, y0);
-      x1 = fmadd(P::load(x + i + W), b1, x1);
-      y1 = fmadd(P::load(y + i + W), b1, y1);
-      x2 = fmadd(P::load(x + i + 2 * W), b2, x2);
-      y2 = fmadd(P::load(y + i + 2 * W), b2, y2);
-      x3 = fmadd(P::load(x + i + 3 * W), b3, x3);
-      y3 = fmadd(P::load(y + i + 3 * W), b3, y3);
+  constexpr int W = P::size;
+  // query packets held per pass over the block's keys, with the W accumulators and one
+  // key packet: 4 of 32 registers, 2 of 16 (Zen 4: 8 and 4 were 5-20 % slower, the row
+  // pointers then spilling; docs/benchmarks-history.md, issue 27)
+  constexpr int Q = P::registers >= 32 ? 4 : 2;
+  const T* rows[W];  // key c's row; the missing keys repeat the last one
+  for (int c = 0; c < W; ++c) rows[c] = b + (Full ? c : std::min(c, keys - 1)) * ldb;
+  for (int i = 0; i < m; ++i) {
+    const float* q = a[i];
+    P acc[W];
+    unrolled<W>([&](auto c) { acc[c] = P::zero(); });
+    Index k = 0;
+    for (; k + Q * W <= n; k += Q * W) {
+      P x[Q];
+      unrolled<Q>([&](auto j) { x[j] = P::load(q + k + j * W); });
+      unrolled<W>([&](auto c) {
+        const T* r = rows[c] + k;
+        unrolled<Q>([&](auto j) { acc[c] = fmadd(x[j], IO::load(r + j * W), acc[c]); });
+      });
     }
-    for (; i + W <= n; i += W) {
-      const P b0 = IO::load(b + i);
-      x0 = fmadd(P::load(x + i), b0, x0);
-      y0 = fmadd(P::load(y + i), b0, y0);
+    for (; k + W <= n; k += W) {
+      const P x = P::load(q + k);
+      unrolled<W>([&](auto c) { acc[c] = fmadd(x, IO::load(rows[c] + k), acc[c]); });
     }
-    if (i < n) {
-      const int r = static_cast<int>(n - i);
-      const P b0 = IO::load_partial(b + i, r);
-      x0 = fmadd(P::load_partial(x + i, r), b0, x0);
-      y0 = fmadd(P::load_partial(y + i, r), b0, y0);
+    if (k < n) {
+      const int rest = static_cast<int>(n - k);
+      const P x = P::load_partial(q + k, rest);
+      unrolled<W>([&](auto c) { acc[c] = fmadd(x, IO::load_partial(rows[c] + k, rest), acc[c]); });
     }
-    out[m] = reduce_add((x0 + x1) + (x2 + x3));
-    out[m + 1] = reduce_add((y0 + y1) + (y2 + y3));
+    const P sums = reduce_add_each(acc);
+    if (Full)
+      sums.store(out[i]);
+    else
+      sums.store_partial(out[i], keys);
   }
-  if (m < count) out[m] = dot<Arch>(a[m], b, n);
+}
+
+}  // namespace detail
+
+template <class Arch, class T>
+inline void dot_block(const float* const* a, int m, const T* b, Index ldb, int keys, Index n,
+                      float* const* out) noexcept {
+  if (keys == packet<float, Arch>::size)
+    detail::dot_block_rows<Arch, T, true>(a, m, b, ldb, keys, n, out);
+  else
+    detail::dot_block_rows<Arch, T, false>(a, m, b, ldb, keys, n, out);
 }
 
 /// y[i] += alpha * float(x[i]), i < n, one fused multiply-add per value (so, like dot,

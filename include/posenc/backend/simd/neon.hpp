@@ -97,6 +97,10 @@ inline void store_interleaved(float* dst, neon_f32 a, neon_f32 b) noexcept {
 inline neon_f32 max(neon_f32 a, neon_f32 b) noexcept { return {vmaxq_f32(a.v, b.v)}; }
 inline neon_f32 min(neon_f32 a, neon_f32 b) noexcept { return {vminq_f32(a.v, b.v)}; }
 inline float reduce_add(neon_f32 a) noexcept { return vaddvq_f32(a.v); }
+/// Lane c: the sum of v[c]'s lanes, for c < 4 (pairwise adds of neighbours, twice).
+inline neon_f32 reduce_add_each(const neon_f32* v) noexcept {
+  return {vpaddq_f32(vpaddq_f32(v[0].v, v[1].v), vpaddq_f32(v[2].v, v[3].v))};
+}
 inline float reduce_max(neon_f32 a) noexcept { return vmaxvq_f32(a.v); }
 inline uint32x4_t less(neon_f32 a, neon_f32 b) noexcept { return vcltq_f32(a.v, b.v); }
 inline uint32x4_t equal(neon_f32 a, neon_f32 b) noexcept { return vceqq_f32(a.v, b.v); }

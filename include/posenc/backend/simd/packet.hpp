@@ -25,6 +25,8 @@
 ///     reduce_add(a)  reduce_max(a)    one scalar from all lanes, as a pairwise tree whose
 ///                                     order is per architecture (sums may differ between
 ///                                     backends in the last bits)
+///     reduce_add_each(v)              (float) lane c = the sum of packet v[c]'s lanes, for
+///                                     c < size: size sums at once, each by a fixed tree
 ///     store_interleaved(dst, a, b)    writes [a0 b0 a1 b1 ...] (2*size values) into a dst
 ///                                     of the packet's type; for double packets also into a
 ///                                     float dst (each value rounded once)
