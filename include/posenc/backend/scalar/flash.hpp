@@ -359,7 +359,8 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
 /// head's rows loaded in ws[h] by begin_block; ks.dot_block(h, j, n, q, m, s) takes the
-/// dots of m query rows with key rows j .. j + n of head h, vs.axpy_block(...) adds a block
+/// dots of m query rows with key rows j .. j + n of head h (ks.dot(h, j, q): one query row
+/// with one key row), vs.axpy_block(...) adds a block
 /// of value rows of head h, weighted, to m output rows (wherever and in whatever
 /// storage the rows are: kv_row_source), and ks.prefetch(h, j) asks for one ahead. Keys
 /// outer, heads inner: K and V of a [keys, heads, d] buffer are then read as one forward
