@@ -26,6 +26,10 @@ except ImportError:  # pragma: no cover
 # machine failed --check on another. These give the same values on every machine.
 sin = np.vectorize(math.sin, otypes=[np.float64])
 cos = np.vectorize(math.cos, otypes=[np.float64])
+# the C library's pow, element by element: numpy's vectorised float64 and float32 power use
+# other code on CPUs with AVX-512 (not correctly rounded: a 1-ulp different frequency turns
+# an angle at position 1e5-1e6 by 1e-11 to 1e-2 rad), so a golden would depend on the CPU
+pow = np.vectorize(math.pow, otypes=[np.float64])
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 

@@ -10,8 +10,10 @@ The sequence, every step in float32 as torch does it on the CPU:
     cos, sin = cos(cat(angle, angle)), sin(...)       float32, attention scaling 1
     y        = x * cos + rotate_half(x) * sin         rotate_half(x) = cat(-x2, x1)
 
-inv_freq is computed in float32 numpy (np.float32(base) ** float32 exponents), which gives
-torch's float32 pow result bit for bit for these cases (`--torch` checks it). Rounded twice
+inv_freq's pow is the correctly rounded float32 power (the C library's double pow of the
+float32 exponents, rounded once: numpy's own float32 power is not correctly rounded on CPUs
+with AVX-512), which is torch's float32 pow result bit for bit for these cases (`--torch`
+checks it). Rounded twice
 (pow, then 1/pow) it differs by one ulp from the correctly rounded 1 / base^(2i/d) that posenc
 computes in double in 19 of 64 frequencies for base 1e4 and 18 of 64 for base 5e5 (d = 128):
 at position 1e5 one ulp of inv_freq turns the angle by up to 1e-2 rad, which is why posenc is
@@ -44,8 +46,11 @@ BOUND = 4 * float(np.finfo(np.float32).eps)
 
 
 def hf_inv_freq(base, d):
-    exponent = np.arange(0, d, 2, dtype=np.float32) / np.float32(d)
-    return np.float32(1.0) / (np.float32(base) ** exponent)
+    exponent = np.arange(0, d, 2, dtype=np.float32) / np.float32(d)  # exact: i / 64
+    # float32 pow correctly rounded: the C library's pow in double, rounded once (numpy's
+    # own float32 power is another, less accurate, code path on CPUs with AVX-512)
+    power = _golden.pow(float(base), exponent.astype(np.float64)).astype(np.float32)
+    return np.float32(1.0) / power
 
 
 def rotate_half(x):
@@ -69,7 +74,7 @@ def make_all():
     g = {"x": x, "pos": POSITIONS}
     for base in BASES:
         inv = hf_inv_freq(base, D)
-        correct = (1.0 / np.power(float(base), np.arange(0, D, 2) / D)).astype(np.float32)
+        correct = (1.0 / _golden.pow(float(base), np.arange(0, D, 2) / D)).astype(np.float32)
         # the premise of the test: HF's float32 inv_freq is not the correctly rounded one
         assert np.count_nonzero(inv != correct) > 0
         y = hf_rotate(x, POSITIONS, inv)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Float64 goldens for the SIMD backend tests (tests/backend).
 
-Independent of posenc: numpy and the C library's sin/cos (_golden.sin, _golden.cos), float64, from the Vaswani et al. formula
+Independent of posenc: numpy and the C library's sin/cos/pow (_golden.sin, .cos, .pow), float64, from the Vaswani et al. formula
 PE(p, 2i) = sin(p * w_i), PE(p, 2i+1) = cos(p * w_i), w_i = 10000^(-2i/d).
 
 Writes tests/data/simd_sinusoidal_freq.npy (the w_i, so the C++ test forms exactly the
@@ -26,7 +26,7 @@ DIM = 32
 def goldens():
     pairs = DIM // 2
     i = np.arange(pairs, dtype=np.float64)
-    w = 1.0 / np.power(10000.0, 2.0 * i / DIM)
+    w = 1.0 / _golden.pow(10000.0, 2.0 * i / DIM)
     positions = [0, 1, 2, 31, 63, 64, 65, 127, 128, 1000, 4095, 4096, 65535, 65536, 99_999,
                  524_287, 524_288, 999_000, 999_936, 999_937, 999_999, 1_000_000]
     # a dense run at the far end, across a block boundary (999,936 = 64 * 15,624)

@@ -401,7 +401,7 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
   constexpr Index vb = VRows::max_block;
-  constexpr Index kb = KRows::dot_block_keys();
+  constexpr Index dot_keys = KRows::dot_block_keys();
   for (Index h = 0; h < count; ++h)
     for (Index r = 0; r < nb; ++r) {
       const auto i = static_cast<std::size_t>(h * nb + r);
@@ -426,9 +426,9 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
           ws[h0].s(0, c) = ks.dot(h0, j0 + c, hr.q[static_cast<std::size_t>(h0 * nb)]);
         }
     } else {
-      // blocks of kb keys: a group's scores of a block are written to s[i] + c0 at once
-      for (Index c0 = 0; c0 < nk; c0 += kb) {
-        const int n = static_cast<int>(std::min(kb, nk - c0));
+      // blocks of dot_keys keys: a group's scores of a block are written to s[i] + c0
+      for (Index c0 = 0; c0 < nk; c0 += dot_keys) {
+        const int n = static_cast<int>(std::min(dot_keys, nk - c0));
         for (Index h0 = 0; h0 < count; h0 += key_group) {
           for (Index c = c0; c < c0 + n && c + prefetch_keys < nk; ++c)
             ks.prefetch(h0, j0 + c + prefetch_keys);

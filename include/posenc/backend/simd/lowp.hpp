@@ -49,6 +49,7 @@
 /// masked 16-bit moves when the flags allow, else a small stack buffer).
 
 #include <Eigen/Core>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -507,15 +508,16 @@ inline void dot_block_rows(const float* const* a, int m, const T* b, Index ldb, 
   // key packet: 4 of 32 registers, 2 of 16 (Zen 4: 8 and 4 were 5-20 % slower, the row
   // pointers then spilling; docs/benchmarks-history.md, issue 27)
   constexpr int Q = P::registers >= 32 ? 4 : 2;
-  const T* rows[W];  // key c's row; the missing keys repeat the last one
+  constexpr std::size_t lanes = W, held = Q;  // array bounds are unsigned
+  const T* rows[lanes];  // key c's row; the missing keys repeat the last one
   for (int c = 0; c < W; ++c) rows[c] = b + (Full ? c : std::min(c, keys - 1)) * ldb;
   for (int i = 0; i < m; ++i) {
     const float* q = a[i];
-    P acc[W];
+    P acc[lanes];
     unrolled<W>([&](auto c) { acc[c] = P::zero(); });
     Index k = 0;
     for (; k + Q * W <= n; k += Q * W) {
-      P x[Q];
+      P x[held];
       unrolled<Q>([&](auto j) { x[j] = P::load(q + k + j * W); });
       unrolled<W>([&](auto c) {
         const T* r = rows[c] + k;

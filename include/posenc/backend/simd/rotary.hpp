@@ -169,7 +169,8 @@ void rope_interleaved(const kernels::rope_token<T, C>& t, const C* cb, const C* 
   using P = typename IO::packet_type;
   constexpr int W = P::size;
   static_assert(K >= 1 && 4 * K <= P::registers, "cos/sin must leave half the registers free");
-  P c[K], s[K];
+  constexpr std::size_t packets = K;  // array bounds are unsigned
+  P c[packets], s[packets];
   for (int k = 0; k < K; ++k) {
     c[k] = P::load(cb + k * W);
     s[k] = P::load(sb + k * W);
