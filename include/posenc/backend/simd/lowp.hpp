@@ -509,7 +509,7 @@ inline void dot_block_rows(const float* const* a, int m, const T* b, Index ldb, 
   // pointers then spilling; docs/benchmarks-history.md, issue 27)
   constexpr int Q = P::registers >= 32 ? 4 : 2;
   constexpr std::size_t lanes = W, held = Q;  // array bounds are unsigned
-  const T* rows[lanes];  // key c's row; the missing keys repeat the last one
+  const T* rows[lanes];                       // key c's row; the missing keys repeat the last one
   for (int c = 0; c < W; ++c) rows[c] = b + (Full ? c : std::min(c, keys - 1)) * ldb;
   for (int i = 0; i < m; ++i) {
     const float* q = a[i];
