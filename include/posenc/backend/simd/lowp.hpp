@@ -444,18 +444,6 @@ struct has_widening_ops<Arch, T, std::enable_if_t<has_storage_io_v<T, Arch>>>
 template <class Arch, class T>
 inline constexpr bool has_widening_ops_v = has_widening_ops<Arch, T>::value;
 
-/// out[i][c] = sum_k a[i][k] * float(b[c * ldb + k]), k < n, for query rows i < m and
-/// key rows c < keys <= W (the packet width): a block of keys against the query rows that
-/// share them (a GQA group's heads, several queries), each b packet widened in a register
-/// as it is loaded (no converted copy). Every dot has one accumulator packet, fed the
-/// packets of k in increasing order (a partial last packet zero-filled), and the W
-/// accumulators of a row are summed lane-wise at once (reduce_add_each): a fixed order per
-/// architecture that does not depend on T, on where the key sits in a block or on how many
-/// keys the block has, so 16-bit b gives exactly the float result of its widened values
-/// and a key gives the same dot alone (keys = 1, ldb = 0) as in any block. A block's W
-/// independent accumulators keep the FMA units busy, and each query packet is loaded once
-/// per pass over the keys (the query rows stay in L1 across blocks). Writes out[i][c] for
-/// c < keys only. Needs has_widening_ops_v<Arch, T>.
 /// sum_i a[i] * float(b[i]), i < n: each b packet widened in a register as it is loaded
 /// (no converted copy). Four accumulators over whole groups of 4 packets, then single
 /// packets and the partial tail into the first, summed as (a0 + a1) + (a2 + a3): the order
@@ -543,6 +531,18 @@ inline void dot_block_rows(const float* const* a, int m, const T* b, Index ldb, 
 
 }  // namespace detail
 
+/// out[i][c] = sum_k a[i][k] * float(b[c * ldb + k]), k < n, for query rows i < m and
+/// key rows c < keys <= W (the packet width): a block of keys against the query rows that
+/// share them (a GQA group's heads, several queries), each b packet widened in a register
+/// as it is loaded (no converted copy). Every dot has one accumulator packet, fed the
+/// packets of k in increasing order (a partial last packet zero-filled), and the W
+/// accumulators of a row are summed lane-wise at once (reduce_add_each): a fixed order per
+/// architecture that does not depend on T, on where the key sits in a block or on how many
+/// keys the block has, so 16-bit b gives exactly the float result of its widened values
+/// and a key gives the same dot alone (keys = 1, ldb = 0) as in any block. A block's W
+/// independent accumulators keep the FMA units busy, and each query packet is loaded once
+/// per pass over the keys (the query rows stay in L1 across blocks). Writes out[i][c] for
+/// c < keys only. Needs has_widening_ops_v<Arch, T>.
 template <class Arch, class T>
 inline void dot_block(const float* const* a, int m, const T* b, Index ldb, int keys, Index n,
                       float* const* out) noexcept {

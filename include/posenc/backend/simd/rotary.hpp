@@ -346,13 +346,7 @@ void rope_rotate(const kernels::rope_token<T, C>& t) noexcept {
       const int lanes = static_cast<int>(std::min<Index>(W, r - e));
       alignas(64) C cb[std::size_t{W}] = {};
       alignas(64) C sb[std::size_t{W}] = {};
-      for (int k = 0; k < lanes / 2; ++k) {
-        const C c = t.cos[e / 2 + k], sn = sgn * t.sin[e / 2 + k];
-        cb[2 * k] = c;
-        cb[2 * k + 1] = c;
-        sb[2 * k] = -sn;
-        sb[2 * k + 1] = sn;
-      }
+      detail::rope_expand_interleaved<Arch>(t.cos + e / 2, t.sin + e / 2, lanes / 2, sgn, cb, sb);
       const P c = P::load(cb), s = P::load(sb);
       for (Index h = 0; h < t.heads; ++h) {
         const T* x = t.in + h * t.in_head_stride + e;
