@@ -18,7 +18,8 @@
 // call by call.
 // The default rows are those of issue 27's table and the GQA shape; POSENC_DECODE_BENCH=full
 // adds every combination of d 64 / 128, 4k / 16k / 64k keys, 1 / 4 / 8 queries and the three
-// storage types.
+// storage types, and POSENC_DECODE_BENCH=cache rows over 1280 and 2048 keys (just past
+// decode_chunk) (K and V in the caches: the cost of the arithmetic alone, per byte).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -190,16 +191,22 @@ void decode(benchmark::State& state) {
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
 
-bool full() {
+bool mode(const char* name) {
   const char* e = std::getenv("POSENC_DECODE_BENCH");
-  return e && std::string(e) == "full";
+  return e && std::string(e) == name;
 }
 
 template <class S>
 void add_rows(bool every) {
   const std::string t = type_name<S>();
   std::vector<std::tuple<long, long, long, long, long>> rows;  // keys, heads, kv, d, queries
-  if (every) {
+  if (mode("cache")) {
+    // K and V small enough to stay in L2 / L3 across calls: the arithmetic's own cost
+    for (long keys : {1280L, 2048L})
+      for (long heads : {8L, 32L})
+        for (long d : {64L, 128L}) rows.emplace_back(keys, heads, 8, d, 1);
+    rows.emplace_back(2048, 32, 8, 128, 4);
+  } else if (every) {
     for (long keys : {4096L, 16384L, 65536L})
       for (long heads : {8L, 32L})
         for (long d : {64L, 128L})
@@ -236,7 +243,7 @@ void add_rows(bool every) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool every = full();
+  const bool every = mode("full");
   add_rows<float>(every);
   add_rows<Eigen::half>(every);
   add_rows<Eigen::bfloat16>(every);

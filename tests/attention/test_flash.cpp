@@ -360,10 +360,12 @@ TEST_CASE("decode: GQA groups, several queries and head sizes off the vector wid
   // MHA, 1 to 8 queries (row counts that leave remainders of the kernels' pairs and fours),
   // head sizes that leave partial packets, key counts that end inside a block; and MHA
   // with one query (one query row per key row) over several tiles and a last one cut short,
-  // in batches of different lengths
-  const sizes cases[] = {sizes{1, 6, 2, 3, 2500, 37, 19}, sizes{2, 8, 2, 5, 1500, 72, 40},
-                         sizes{1, 3, 3, 8, 1100, 16, 9},  sizes{1, 4, 1, 1, 1030, 128, 128},
-                         sizes{2, 3, 3, 1, 2600, 72, 40}, sizes{1, 2, 2, 1, 1300, 128, 128}};
+  // in batches of different lengths; 8 and more rows per key row take the many-row
+  // kernels (value rows of 136 = 2 x 64 + 8 values: their wide blocks and a remainder)
+  const sizes cases[] = {sizes{1, 6, 2, 3, 2500, 37, 19},  sizes{2, 8, 2, 5, 1500, 72, 40},
+                         sizes{1, 3, 3, 8, 1100, 16, 9},   sizes{1, 4, 1, 1, 1030, 128, 128},
+                         sizes{2, 3, 3, 1, 2600, 72, 40},  sizes{1, 2, 2, 1, 1300, 128, 128},
+                         sizes{1, 8, 2, 2, 1200, 128, 136}};
   for (const sizes& z : cases) {
     const problem<float> p(z, 41);
     posenc::attention_config opt;

@@ -677,26 +677,35 @@ void check_widening_ops(const char* type) {
       const std::vector<float> kf = posenc_test::random_values<float>(span, 20 + keys);
       const std::vector<T> kt(kf.begin(), kf.end());
       const std::vector<float> kw(kt.begin(), kt.end());  // widened
-      for (int m = 1; m <= 3; ++m) {
+      // dot_block_many (several queries of a GQA group): the same bits as dot_block, for
+      // whole tiles of four rows and the rows left over
+      for (int m : {1, 2, 3, 5, 8, 9, 13}) {
         INFO("keys " << keys << ", rows " << m);
         std::vector<std::vector<float>> qs, got(static_cast<std::size_t>(m)),
-            got_w(static_cast<std::size_t>(m));
+            got_w(static_cast<std::size_t>(m)), got_many(static_cast<std::size_t>(m));
         std::vector<const float*> qp;
-        std::vector<float*> op, opw;
+        std::vector<float*> op, opw, opm;
         for (int r = 0; r < m; ++r) {
           qs.push_back(posenc_test::random_values<float>(size, 10 + r));
           qp.push_back(qs.back().data());
-          got[static_cast<std::size_t>(r)].assign(static_cast<std::size_t>(keys), 0.0f);
-          got_w[static_cast<std::size_t>(r)].assign(static_cast<std::size_t>(keys), 0.0f);
-          op.push_back(got[static_cast<std::size_t>(r)].data());
-          opw.push_back(got_w[static_cast<std::size_t>(r)].data());
+          const auto ur = static_cast<std::size_t>(r), uk = static_cast<std::size_t>(keys);
+          got[ur].assign(uk, 0.0f);
+          got_w[ur].assign(uk, 0.0f);
+          got_many[ur].assign(uk, 0.0f);
+          op.push_back(got[ur].data());
+          opw.push_back(got_w[ur].data());
+          opm.push_back(got_many[ur].data());
         }
         dot_block<B>(qp.data(), m, kt.data(), ldb, keys, n, op.data());
         dot_block<B>(qp.data(), m, kw.data(), ldb, keys, n, opw.data());
-        bool same = true, alone = true, close = true;
+        posenc::simd::dot_block_many<B>(qp.data(), m, kt.data(), ldb, keys, n, opm.data());
+        bool same = true, alone = true, close = true, many = true;
         for (int r = 0; r < m; ++r)
           for (int c = 0; c < keys; ++c) {
             const float v = got[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)];
+            many = many &&
+                   bits32(v) ==
+                       bits32(got_many[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)]);
             same =
                 same && bits32(v) ==
                             bits32(got_w[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)]);
@@ -718,6 +727,7 @@ void check_widening_ops(const char* type) {
         CHECK(same);
         CHECK(alone);
         CHECK(close);
+        CHECK(many);
       }
     }
 
@@ -733,11 +743,11 @@ void check_widening_ops(const char* type) {
     CHECK(same);
     CHECK(fused);
 
-    // axpy_rows (a GQA group's rows against shared value rows): the bits of the one-row
-    // calls, for every row count up to 7 (fours and the remainder) and blocks of up to 5
-    // value rows
-    for (int m = 1; m <= 7; ++m) {
-      const int keys = 1 + m % 5;
+    // axpy_rows and axpy_rows_many (a GQA group's rows against shared value rows): the
+    // bits of the one-row calls, for every row count up to 13 (fours and the remainder)
+    // and blocks of up to 5 value rows, or 16 (decode's whole block)
+    for (int m = 1; m <= 13; ++m) {
+      const int keys = m % 3 == 0 ? 16 : 1 + m % 5;
       std::vector<std::vector<T>> xs;
       std::vector<const T*> xp;
       for (int c = 0; c < keys; ++c) {
@@ -757,19 +767,26 @@ void check_widening_ops(const char* type) {
         pp.push_back(probs[static_cast<std::size_t>(r)].data());
         yp.push_back(ys[static_cast<std::size_t>(r)].data());
       }
+      std::vector<std::vector<float>> ys_many = ys;
+      std::vector<float*> ypm;
+      for (auto& r : ys_many) ypm.push_back(r.data());
       posenc::simd::axpy_rows<B>(xp.data(), keys, pp.data(), m, yp.data(), n);
+      posenc::simd::axpy_rows_many<B>(xp.data(), keys, pp.data(), m, ypm.data(), n);
       for (int c = 0; c < keys; ++c)  // key-major, as decode visited them one by one
         for (int r = 0; r < m; ++r)
           axpy<B>(probs[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)],
                   xs[static_cast<std::size_t>(c)].data(), n,
                   want_y[static_cast<std::size_t>(r)].data());
-      bool block_same = true;
+      bool block_same = true, many_same = true;
       for (int r = 0; r < m; ++r)
-        for (std::size_t i = 0; i < size; ++i)
-          block_same = block_same && bits32(ys[static_cast<std::size_t>(r)][i]) ==
-                                         bits32(want_y[static_cast<std::size_t>(r)][i]);
+        for (std::size_t i = 0; i < size; ++i) {
+          const auto want = bits32(want_y[static_cast<std::size_t>(r)][i]);
+          block_same = block_same && bits32(ys[static_cast<std::size_t>(r)][i]) == want;
+          many_same = many_same && bits32(ys_many[static_cast<std::size_t>(r)][i]) == want;
+        }
       INFO("rows " << m << ", keys " << keys);
       CHECK(block_same);
+      CHECK(many_same);
     }
   }
 }

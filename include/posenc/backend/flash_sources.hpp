@@ -97,6 +97,10 @@ struct kv_row_source {
     if (!b0.data && !widen_in_registers) buf.resize(static_cast<std::size_t>(n));
   }
 
+  /// Rows sharing a key block from which dot_block and axpy_block take the many-row kernels
+  /// (simd::dot_block_many, axpy_rows_many: several queries of a GQA group); one query's
+  /// group keeps the row-at-a-time order, faster with K and V from memory on Zen 4.
+  static constexpr int many_rows = 8;
   /// Keys one dot_block call takes: a packet's lanes (the packet kernel sums a block's
   /// dots lane-wise at once), 1 without packets.
   static constexpr int dot_block_keys() noexcept {
@@ -114,10 +118,18 @@ struct kv_row_source {
                  Real* const* out) noexcept {
     const kv_block<Real>& b = hcs[h].*block;
     if constexpr (packet_storage)
-      if (widen_in_registers)
-        return simd::dot_block<Backend>(qs, m, stored_row(h, j), source(b).stride(0), keys, n, out);
+      if (widen_in_registers) {
+        const value_type* r = stored_row(h, j);
+        const Index ld = source(b).stride(0);
+        if (m >= many_rows) return simd::dot_block_many<Backend>(qs, m, r, ld, keys, n, out);
+        return simd::dot_block<Backend>(qs, m, r, ld, keys, n, out);
+      }
     if constexpr (packet_rows)
-      if (b.data) return simd::dot_block<Backend>(qs, m, b.row(j), b.ld, keys, n, out);
+      if (b.data) {
+        if (m >= many_rows)
+          return simd::dot_block_many<Backend>(qs, m, b.row(j), b.ld, keys, n, out);
+        return simd::dot_block<Backend>(qs, m, b.row(j), b.ld, keys, n, out);
+      }
     for (int c = 0; c < keys; ++c) {  // rows converted one at a time, shared by the m rows
       const Real* r = row(h, j + c);
       for (int i = 0; i < m; ++i) {
@@ -159,7 +171,10 @@ struct kv_row_source {
       if (widen_in_registers) {
         const value_type* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = stored_row(h, j + c);
-        simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
+        if (m >= many_rows)
+          simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
+        else
+          simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
         return;
       }
     }
@@ -168,7 +183,10 @@ struct kv_row_source {
       if (b.data) {
         const Real* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = b.row(j + c);
-        simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
+        if (m >= many_rows)
+          simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
+        else
+          simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
         return;
       }
     }

@@ -529,6 +529,63 @@ inline void dot_block_rows(const float* const* a, int m, const T* b, Index ldb, 
   }
 }
 
+/// dot_block for R > 1 query rows at once against C = W / R keys (keys <= C of them, the
+/// missing ones repeating the last, their lanes not stored), into out[i] + c0: each key
+/// packet is loaded (and widened) once for the R rows, and each query packet once for the
+/// C keys, so a step of R + C loads feeds R * C fused multiply-adds where a row at a
+/// time loads a key packet per FMA (and, for 16-bit keys, widens it R times). Each dot
+/// still has its own accumulator fed in increasing k, summed by reduce_add_each: the
+/// same bits as dot_block_rows.
+template <class Arch, class T, int R>
+inline void dot_tile(const float* const* a, const T* b, Index ldb, int keys, Index n,
+                     float* const* out, int c0) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = packet<float, Arch>;
+  constexpr int W = P::size, C = W / R;
+  static_assert(R > 1 && W % R == 0, "R divides the packet width");
+  constexpr std::size_t lanes = W, rows_held = R, keys_held = C;  // array bounds are unsigned
+  const float* q[rows_held];
+  unrolled<R>([&](auto i) { q[i] = a[i]; });
+  const T* rows[keys_held];
+  unrolled<C>([&](auto c) { rows[c] = b + std::min<int>(c, keys - 1) * ldb; });
+  P acc[lanes];
+  unrolled<W>([&](auto l) { acc[l] = P::zero(); });
+  Index k = 0;
+  for (; k + W <= n; k += W) {
+    P x[rows_held];
+    unrolled<R>([&](auto i) { x[i] = P::load(q[i] + k); });
+    unrolled<C>([&](auto c) {
+      const P y = IO::load(rows[c] + k);
+      unrolled<R>([&](auto i) { acc[i * C + c] = fmadd(x[i], y, acc[i * C + c]); });
+    });
+  }
+  if (k < n) {
+    const int rest = static_cast<int>(n - k);
+    P x[rows_held];
+    unrolled<R>([&](auto i) { x[i] = P::load_partial(q[i] + k, rest); });
+    unrolled<C>([&](auto c) {
+      const P y = IO::load_partial(rows[c] + k, rest);
+      unrolled<R>([&](auto i) { acc[i * C + c] = fmadd(x[i], y, acc[i * C + c]); });
+    });
+  }
+  alignas(64) float sums[lanes];  // lane i * C + c: row i with key c
+  reduce_add_each(acc).store(sums);
+  for (int i = 0; i < R; ++i)
+    for (int c = 0; c < keys; ++c) out[i][c0 + c] = sums[i * C + c];
+}
+
+/// The query rows [0, m) against keys [0, keys) in tiles of R rows by W / R keys.
+template <class Arch, class T, int R>
+inline int dot_tiles(const float* const* a, int m, const T* b, Index ldb, int keys, Index n,
+                     float* const* out) noexcept {
+  constexpr int C = packet<float, Arch>::size / R;
+  int i = 0;
+  for (; i + R <= m; i += R)
+    for (int c0 = 0; c0 < keys; c0 += C)
+      dot_tile<Arch, T, R>(a + i, b + c0 * ldb, ldb, std::min(C, keys - c0), n, out + i, c0);
+  return i;
+}
+
 }  // namespace detail
 
 /// out[i][c] = sum_k a[i][k] * float(b[c * ldb + k]), k < n, for query rows i < m and
@@ -550,6 +607,22 @@ inline void dot_block(const float* const* a, int m, const T* b, Index ldb, int k
     detail::dot_block_rows<Arch, T, true>(a, m, b, ldb, keys, n, out);
   else
     detail::dot_block_rows<Arch, T, false>(a, m, b, ldb, keys, n, out);
+}
+
+/// dot_block for many query rows (several queries of a GQA group: m >= 8 or so), the same
+/// bits: rows four at a time against W / 4 keys at once (detail::dot_tile), where the
+/// packet holds at least two keys per row, the rest by dot_block. Each key packet then
+/// feeds four rows from one load. Zen 4, K from memory: with axpy_rows_many, 1.2x at 4
+/// queries and 1.33x at 8; for one query's four rows the row-at-a-time order of dot_block
+/// ran 1.1-1.25x faster (docs/benchmarks.md), so callers choose by m.
+template <class Arch, class T>
+inline void dot_block_many(const float* const* a, int m, const T* b, Index ldb, int keys, Index n,
+                           float* const* out) noexcept {
+  constexpr int W = packet<float, Arch>::size;
+  int i = 0;
+  if constexpr (W % 4 == 0 && W / 4 >= 2)
+    i = detail::dot_tiles<Arch, T, 4>(a, m, b, ldb, keys, n, out);
+  if (i < m) dot_block<Arch>(a + i, m - i, b, ldb, keys, n, out + i);
 }
 
 /// y[i] += alpha * float(x[i]), i < n, one fused multiply-add per value (so, like dot,
@@ -606,6 +679,34 @@ inline void axpy_rows_at(const T* const* x, int keys, const float* const* p, int
   }
 }
 
+/// axpy_rows for four rows on NP whole packets at i (NP * W values): 4 x NP accumulators
+/// held over the keys, each key's NP value packets loaded (widened) once and each row's
+/// probability broadcast once for them, so a key feeds 4 * NP independent FMAs (the
+/// per-packet loop above chains four, and broadcasts every probability again for each
+/// packet). The same FMAs in the same order as axpy_rows_at: the same bits.
+template <class Arch, class T, int NP>
+inline void axpy_rows4_wide(const T* const* x, int keys, const float* const* p, float* const* y,
+                            Index i) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = packet<float, Arch>;
+  constexpr int W = P::size;
+  constexpr std::size_t held = 4 * NP, packets = NP;  // array bounds are unsigned
+  P acc[held];
+  unrolled<4>(
+      [&](auto r) { unrolled<NP>([&](auto j) { acc[r * NP + j] = P::load(y[r] + i + j * W); }); });
+  const float* pr[4] = {p[0], p[1], p[2], p[3]};
+  for (int c = 0; c < keys; ++c) {
+    P v[packets];
+    unrolled<NP>([&](auto j) { v[j] = IO::load(x[c] + i + j * W); });
+    unrolled<4>([&](auto r) {
+      const P b = P::broadcast(pr[r][c]);
+      unrolled<NP>([&](auto j) { acc[r * NP + j] = fmadd(b, v[j], acc[r * NP + j]); });
+    });
+  }
+  unrolled<4>(
+      [&](auto r) { unrolled<NP>([&](auto j) { acc[r * NP + j].store(y[r] + i + j * W); }); });
+}
+
 }  // namespace detail
 
 /// y[k][i] += sum_c p[k][c] * float(x[c][i]) for rows k < m, i < n, the keys c < `keys` in
@@ -621,6 +722,30 @@ inline void axpy_rows(const T* const* x, int keys, const float* const* p, int m,
   for (; i + W <= n; i += W)
     detail::axpy_rows_at<Arch, T, true>(x, keys, p, m, y, i, static_cast<int>(W));
   if (i < n) detail::axpy_rows_at<Arch, T, false>(x, keys, p, m, y, i, static_cast<int>(n - i));
+}
+
+/// axpy_rows for many output rows (see dot_block_many), the same bits: rows four at a
+/// time over NP packets at once (detail::axpy_rows4_wide), where the register file holds
+/// 4 x NP accumulators beside NP value packets (32 registers: 4, 16: 2), the rest by
+/// axpy_rows.
+template <class Arch, class T>
+inline void axpy_rows_many(const T* const* x, int keys, const float* const* p, int m,
+                           float* const* y, Index n) noexcept {
+  constexpr Index W = packet<float, Arch>::size;
+  constexpr int NP = packet<float, Arch>::registers >= 32 ? 4 : 2;
+  const Index wide = n / (NP * W) * (NP * W);
+  int k = 0;
+  if (wide > 0)
+    for (; k + 4 <= m; k += 4) {
+      for (Index i = 0; i < wide; i += NP * W)
+        detail::axpy_rows4_wide<Arch, T, NP>(x, keys, p + k, y + k, i);
+      Index i = wide;
+      for (; i + W <= n; i += W)
+        detail::axpy_rows_at<Arch, T, true>(x, keys, p + k, 4, y + k, i, static_cast<int>(W));
+      if (i < n)
+        detail::axpy_rows_at<Arch, T, false>(x, keys, p + k, 4, y + k, i, static_cast<int>(n - i));
+    }
+  if (k < m) axpy_rows<Arch>(x, keys, p + k, m - k, y + k, n);
 }
 
 }  // namespace simd
