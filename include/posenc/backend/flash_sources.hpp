@@ -97,10 +97,20 @@ struct kv_row_source {
     if (!b0.data && !widen_in_registers) buf.resize(static_cast<std::size_t>(n));
   }
 
-  /// Rows sharing a key block from which dot_block and axpy_block take the many-row kernels
-  /// (simd::dot_block_many, axpy_rows_many: several queries of a GQA group); one query's
-  /// group keeps the row-at-a-time order, faster with K and V from memory on Zen 4.
-  static constexpr int many_rows = 8;
+  /// Whether dot_block and axpy_block take the many-row kernels (simd::dot_block_many,
+  /// axpy_rows_many) for m rows sharing a block: from 8 rows (several queries of a GQA
+  /// group), rows of 8 packets or more, on 16-lane packets with 32 registers (AVX-512).
+  /// Elsewhere the row-at-a-time kernels ran faster with K and V from memory on Zen 4: one
+  /// query's group of four 1.1-1.25x, d = 64 1.3x, and the AVX2 build at every size
+  /// (docs/benchmarks.md).
+  bool many_rows(int m) const noexcept {
+    if constexpr (packet_rows) {
+      using P = simd::packet<Real, Backend>;
+      if constexpr (P::registers >= 32 && P::size >= 16) return m >= 8 && n >= 8 * P::size;
+    }
+    static_cast<void>(m);
+    return false;
+  }
   /// Keys one dot_block call takes: a packet's lanes (the packet kernel sums a block's
   /// dots lane-wise at once), 1 without packets.
   static constexpr int dot_block_keys() noexcept {
@@ -121,13 +131,12 @@ struct kv_row_source {
       if (widen_in_registers) {
         const value_type* r = stored_row(h, j);
         const Index ld = source(b).stride(0);
-        if (m >= many_rows) return simd::dot_block_many<Backend>(qs, m, r, ld, keys, n, out);
+        if (many_rows(m)) return simd::dot_block_many<Backend>(qs, m, r, ld, keys, n, out);
         return simd::dot_block<Backend>(qs, m, r, ld, keys, n, out);
       }
     if constexpr (packet_rows)
       if (b.data) {
-        if (m >= many_rows)
-          return simd::dot_block_many<Backend>(qs, m, b.row(j), b.ld, keys, n, out);
+        if (many_rows(m)) return simd::dot_block_many<Backend>(qs, m, b.row(j), b.ld, keys, n, out);
         return simd::dot_block<Backend>(qs, m, b.row(j), b.ld, keys, n, out);
       }
     for (int c = 0; c < keys; ++c) {  // rows converted one at a time, shared by the m rows
@@ -171,7 +180,7 @@ struct kv_row_source {
       if (widen_in_registers) {
         const value_type* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = stored_row(h, j + c);
-        if (m >= many_rows)
+        if (many_rows(m))
           simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
         else
           simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
@@ -183,7 +192,7 @@ struct kv_row_source {
       if (b.data) {
         const Real* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = b.row(j + c);
-        if (m >= many_rows)
+        if (many_rows(m))
           simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
         else
           simd::axpy_rows<Backend>(xs, keys, p, m, o, n);

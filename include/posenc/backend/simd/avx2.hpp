@@ -35,6 +35,13 @@ struct packet<float, backend::avx2> {
   static packet zero() noexcept { return {_mm256_setzero_ps()}; }
   void store(float* p) const noexcept { _mm256_storeu_ps(p, v); }
   void store_partial(float* p, int n) const noexcept { _mm256_maskstore_ps(p, mask(n), v); }
+  /// p[c] = lane first + c, c < n (first + n <= 8): one lane permute and a masked store,
+  /// where storing the packet and reading lanes back would wait on store forwarding.
+  void store_lanes(float* p, int first, int n) const noexcept {
+    const __m256i lanes =
+        _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(p, mask(n), _mm256_permutevar8x32_ps(v, lanes));
+  }
 
   /// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 square: pairs interleaved, then
   /// quads, then 128-bit halves exchanged (24 shuffles for 64 values).

@@ -38,6 +38,14 @@ struct packet<float, backend::avx512> {
   static packet zero() noexcept { return {_mm512_setzero_ps()}; }
   void store(float* p) const noexcept { _mm512_storeu_ps(p, v); }
   void store_partial(float* p, int n) const noexcept { _mm512_mask_storeu_ps(p, mask(n), v); }
+  /// p[c] = lane first + c, c < n (first + n <= 16): one lane permute and a masked store,
+  /// where storing the packet and reading lanes back would wait on store forwarding.
+  void store_lanes(float* p, int first, int n) const noexcept {
+    const __m512i lanes =
+        _mm512_add_epi32(_mm512_set1_epi32(first),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    _mm512_mask_storeu_ps(p, mask(n), _mm512_permutexvar_ps(lanes, v));
+  }
 
   /// dst[c * ldd + r] = src[r * lds + c] for a 16 x 16 square, as four 8 x 8 squares on
   /// AVX2 registers (every AVX-512 target has AVX2, see config.hpp).

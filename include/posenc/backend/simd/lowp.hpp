@@ -568,10 +568,8 @@ inline void dot_tile(const float* const* a, const T* b, Index ldb, int keys, Ind
       unrolled<R>([&](auto i) { acc[i * C + c] = fmadd(x[i], y, acc[i * C + c]); });
     });
   }
-  alignas(64) float sums[lanes];  // lane i * C + c: row i with key c
-  reduce_add_each(acc).store(sums);
-  for (int i = 0; i < R; ++i)
-    for (int c = 0; c < keys; ++c) out[i][c0 + c] = sums[i * C + c];
+  const P sums = reduce_add_each(acc);  // lane i * C + c: row i with key c
+  unrolled<R>([&](auto i) { sums.store_lanes(out[i] + c0, i * C, keys); });
 }
 
 /// The query rows [0, m) against keys [0, keys) in tiles of R rows by W / R keys.
@@ -609,12 +607,12 @@ inline void dot_block(const float* const* a, int m, const T* b, Index ldb, int k
     detail::dot_block_rows<Arch, T, false>(a, m, b, ldb, keys, n, out);
 }
 
-/// dot_block for many query rows (several queries of a GQA group: m >= 8 or so), the same
-/// bits: rows four at a time against W / 4 keys at once (detail::dot_tile), where the
-/// packet holds at least two keys per row, the rest by dot_block. Each key packet then
-/// feeds four rows from one load. Zen 4, K from memory: with axpy_rows_many, 1.2x at 4
-/// queries and 1.33x at 8; for one query's four rows the row-at-a-time order of dot_block
-/// ran 1.1-1.25x faster (docs/benchmarks.md), so callers choose by m.
+/// dot_block for many query rows (several queries of a GQA group), the same bits: rows
+/// four at a time against W / 4 keys at once (detail::dot_tile), where the packet holds at
+/// least two keys per row, the rest by dot_block. Each key packet then feeds four rows
+/// from one load, but a tile asks for fewer key rows at once than dot_block's pass over a
+/// whole block, which costs where K comes from memory: the caller chooses by shape
+/// (kv_row_source::many_rows, docs/benchmarks.md).
 template <class Arch, class T>
 inline void dot_block_many(const float* const* a, int m, const T* b, Index ldb, int keys, Index n,
                            float* const* out) noexcept {
