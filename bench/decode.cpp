@@ -5,8 +5,9 @@
 //       the fastest read of the K and V bytes of a decode step this CPU gives: each thread
 //       streams its share of the keys, K and V side by side (two streams, two cache lines
 //       of each per step, eight independent 32-byte accumulators), with a software
-//       prefetch `prefetch_bytes` ahead on both streams (the best distance of a sweep run
-//       once per process: roofline_sweep below); GB/s of K + V.
+//       prefetch `prefetch_bytes` ahead on both streams, the threads taking contiguous
+//       shares (`block_bytes` 0) or blocks dealt round robin (the best plan of a sweep run
+//       once per process: best_plan below); GB/s of K + V.
 //   decode<S>/keys/heads/kv_heads/d/queries/threads
 //       posenc::flash_multi_head_attention, causal, the queries the last `queries`
 //       positions of the cache; GB/s of the unique K + V bytes, and `vs_roofline`: that
@@ -80,15 +81,27 @@ std::int32_t stream_two(const char* p, const char* q, Index bytes, Index ahead) 
   return s[0] ^ s[7];
 }
 
-// One pass over K and V bytes on `threads` threads, each over its contiguous share of the
-// rows (whole 128-byte steps; the remainder goes to the last thread). Seconds.
-double roofline_pass(const char* k, const char* v, Index bytes, Index threads, Index ahead) {
+// How the roofline reads: the prefetch distance, and how the threads share the bytes
+// (block 0: each thread its contiguous share; else blocks of `block` bytes dealt round
+// robin, so the threads stream neighbouring memory at the same time).
+struct read_plan {
+  Index ahead = 0, block = 0;
+};
+
+// One pass over K and V bytes on `threads` threads as `plan` says (whole 128-byte steps;
+// the remainder goes to the last thread). Seconds.
+double roofline_pass(const char* k, const char* v, Index bytes, Index threads, read_plan plan) {
   const Index steps = bytes / 128, per = steps / threads;
   std::vector<std::int32_t> sink(static_cast<std::size_t>(threads));
   auto work = [&](Index t) {
-    const Index s0 = t * per, s1 = t + 1 == threads ? steps : s0 + per;
-    sink[static_cast<std::size_t>(t)] =
-        stream_two(k + 128 * s0, v + 128 * s0, 128 * (s1 - s0), ahead);
+    std::int32_t& out = sink[static_cast<std::size_t>(t)];
+    if (plan.block == 0 || threads == 1) {
+      const Index s0 = t * per, s1 = t + 1 == threads ? steps : s0 + per;
+      out = stream_two(k + 128 * s0, v + 128 * s0, 128 * (s1 - s0), plan.ahead);
+      return;
+    }
+    for (Index b0 = t * plan.block; b0 < 128 * steps; b0 += threads * plan.block)
+      out ^= stream_two(k + b0, v + b0, std::min(plan.block, 128 * steps - b0), plan.ahead);
   };
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
@@ -100,30 +113,34 @@ double roofline_pass(const char* k, const char* v, Index bytes, Index threads, I
   return std::chrono::duration<double>(t1 - t0).count();
 }
 
-// The prefetch distances tried, and the best one (the fastest pass over 64 MiB of K and V at
-// the given thread count), found once per process.
-Index best_prefetch(Index threads) {
-  static std::map<Index, Index> best;
+// The fastest plan (a pass over 64 MiB of K and V at the given thread count): prefetch
+// distances, and with several threads contiguous shares or 64 KiB / 1 MiB blocks dealt
+// round robin; found once per process.
+read_plan best_plan(Index threads) {
+  static std::map<Index, read_plan> best;
   auto it = best.find(threads);
   if (it != best.end()) return it->second;
   const Index bytes = Index(32) << 20;
   std::vector<char> k(static_cast<std::size_t>(bytes), 1), v(static_cast<std::size_t>(bytes), 2);
-  Index pick = 0;
+  read_plan pick;
   double fastest = 1e30;
-  for (Index ahead : {Index(0), Index(256), Index(512), Index(1024), Index(2048), Index(4096)}) {
-    double t = 1e30;
-    for (int r = 0; r < 3; ++r)
-      t = std::min(t, roofline_pass(k.data(), v.data(), bytes, threads, ahead));
-    if (t < fastest) fastest = t, pick = ahead;
+  for (Index block : {Index(0), Index(64) << 10, Index(1) << 20}) {
+    if (block > 0 && threads == 1) continue;
+    for (Index ahead : {Index(0), Index(256), Index(512), Index(1024), Index(2048), Index(4096)}) {
+      double t = 1e30;
+      for (int r = 0; r < 3; ++r)
+        t = std::min(t, roofline_pass(k.data(), v.data(), bytes, threads, read_plan{ahead, block}));
+      if (t < fastest) fastest = t, pick = read_plan{ahead, block};
+    }
   }
   return best[threads] = pick;
 }
 
 // The roofline of `bytes` of K and of V at `threads`: GB/s of both, best of five passes.
 double roofline_gbps(const char* k, const char* v, Index bytes, Index threads) {
-  const Index ahead = best_prefetch(threads);
+  const read_plan plan = best_plan(threads);
   double t = 1e30;
-  for (int r = 0; r < 5; ++r) t = std::min(t, roofline_pass(k, v, bytes, threads, ahead));
+  for (int r = 0; r < 5; ++r) t = std::min(t, roofline_pass(k, v, bytes, threads, plan));
   return 2.0 * static_cast<double>(bytes) / t * 1e-9;
 }
 
@@ -141,15 +158,16 @@ void roofline(benchmark::State& state) {
   const Index keys = state.range(0), kv_heads = state.range(1), d = state.range(2),
               threads = state.range(3);
   const cache<S> c(keys, kv_heads, d);
-  const Index ahead = best_prefetch(threads);
+  const read_plan plan = best_plan(threads);
   const auto* k = reinterpret_cast<const char*>(c.k.data());
   const auto* v = reinterpret_cast<const char*>(c.v.data());
   for (auto _ : state) {
-    const double t = roofline_pass(k, v, c.bytes(), threads, ahead);
+    const double t = roofline_pass(k, v, c.bytes(), threads, plan);
     state.SetIterationTime(t);
   }
   state.SetBytesProcessed(state.iterations() * 2 * c.bytes());
-  state.counters["prefetch_bytes"] = static_cast<double>(ahead);
+  state.counters["prefetch_bytes"] = static_cast<double>(plan.ahead);
+  state.counters["block_bytes"] = static_cast<double>(plan.block);
   state.SetLabel(std::string("roofline: read of K and V, ") + type_name<S>());
 }
 
