@@ -101,7 +101,7 @@ struct kv_row_source {
   /// axpy_rows_many) for m rows sharing a block: from 8 rows (several queries of a GQA
   /// group), rows of 8 packets or more, on 16-lane packets with 32 registers (AVX-512).
   /// Elsewhere the row-at-a-time kernels ran faster with K and V from memory on Zen 4: one
-  /// query's group of four 1.1-1.25x, d = 64 1.3x, and the AVX2 build at every size
+  /// query's group of four 1.1-1.2x, d = 64 1.3x, and the AVX2 build at every size
   /// (docs/benchmarks.md).
   bool many_rows(int m) const noexcept {
     if constexpr (packet_rows) {

@@ -14,7 +14,9 @@
 ///     widen(src, n, dst)              dst[i] = float(src[i])
 ///     dot(a, b, n)                    a · float(b), one row
 ///     dot_block(a, m, b, ldb, keys, n, out)   query rows · a block of key rows
+///     dot_block_many(...)             the same bits, tiles of four rows (many rows, AVX-512)
 ///     axpy(alpha, x, n, y)  axpy_rows(...)     y += alpha · float(x), and for a block of rows
+///     axpy_rows_many(...)             the same bits, four rows x several packets held
 ///                                     widened in registers; the same bits as on float inputs
 ///
 /// Defined for 16-bit types:

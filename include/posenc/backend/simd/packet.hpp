@@ -19,6 +19,8 @@
 ///     P::load(p)  P::broadcast(x)  P::zero()           unaligned load, splat, zeros
 ///     P::load_partial(p, n)           lanes [0, n) from p, the rest 0; reads only n values
 ///     a.store(p)  a.store_partial(p, n)                 unaligned store of all / n lanes
+///     a.store_lanes(p, first, n)      (float, avx2 / avx512) lanes [first, first + n) to
+///                                     p[0, n): a permute and a masked store
 ///     a + b   a - b   a * b   fmadd(a, b, c) = a*b + c (fused)   fnmadd(a, b, c) = c - a*b
 ///     swap_pairs(a)                   lanes (0 1)(2 3)... exchanged: [a1 a0 a3 a2 ...]
 ///     max(a, b)  min(a, b)            lane-wise (NaN handling follows the instruction set)
