@@ -707,6 +707,16 @@ inline void axpy_rows4_wide(const T* const* x, int keys, const float* const* p, 
       [&](auto r) { unrolled<NP>([&](auto j) { acc[r * NP + j].store(y[r] + i + j * W); }); });
 }
 
+/// axpy_rows on the values [i0, n) of every row: whole packets, then the partial last one.
+template <class Arch, class T>
+inline void axpy_rows_from(const T* const* x, int keys, const float* const* p, int m,
+                           float* const* y, Index i0, Index n) noexcept {
+  constexpr Index W = packet<float, Arch>::size;
+  Index i = i0;
+  for (; i + W <= n; i += W) axpy_rows_at<Arch, T, true>(x, keys, p, m, y, i, static_cast<int>(W));
+  if (i < n) axpy_rows_at<Arch, T, false>(x, keys, p, m, y, i, static_cast<int>(n - i));
+}
+
 }  // namespace detail
 
 /// y[k][i] += sum_c p[k][c] * float(x[c][i]) for rows k < m, i < n, the keys c < `keys` in
@@ -717,11 +727,7 @@ inline void axpy_rows4_wide(const T* const* x, int keys, const float* const* p, 
 template <class Arch, class T>
 inline void axpy_rows(const T* const* x, int keys, const float* const* p, int m, float* const* y,
                       Index n) noexcept {
-  constexpr Index W = packet<float, Arch>::size;
-  Index i = 0;
-  for (; i + W <= n; i += W)
-    detail::axpy_rows_at<Arch, T, true>(x, keys, p, m, y, i, static_cast<int>(W));
-  if (i < n) detail::axpy_rows_at<Arch, T, false>(x, keys, p, m, y, i, static_cast<int>(n - i));
+  detail::axpy_rows_from<Arch>(x, keys, p, m, y, 0, n);
 }
 
 /// axpy_rows for many output rows (see dot_block_many), the same bits: rows four at a
@@ -739,11 +745,7 @@ inline void axpy_rows_many(const T* const* x, int keys, const float* const* p, i
     for (; k + 4 <= m; k += 4) {
       for (Index i = 0; i < wide; i += NP * W)
         detail::axpy_rows4_wide<Arch, T, NP>(x, keys, p + k, y + k, i);
-      Index i = wide;
-      for (; i + W <= n; i += W)
-        detail::axpy_rows_at<Arch, T, true>(x, keys, p + k, 4, y + k, i, static_cast<int>(W));
-      if (i < n)
-        detail::axpy_rows_at<Arch, T, false>(x, keys, p + k, 4, y + k, i, static_cast<int>(n - i));
+      detail::axpy_rows_from<Arch>(x, keys, p + k, 4, y + k, wide, n);
     }
   if (k < m) axpy_rows<Arch>(x, keys, p + k, m - k, y + k, n);
 }
