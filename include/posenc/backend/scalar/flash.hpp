@@ -368,7 +368,10 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// (d = 128, 8 heads), an access pattern the hardware prefetchers follow at about half
 /// the bandwidth. Rows are also prefetched 64 keys ahead: the dot products and row
 /// updates between the loads leave too few misses in flight for the hardware prefetchers
-/// alone (the distances tried are in docs/benchmarks-history.md). The same steps as
+/// alone (the distances tried are in docs/benchmarks-history.md), in one stream that runs
+/// on from a tile's key rows into its value rows and the next tile's key rows (stopping
+/// at each pass's end left the first 64 rows of every pass unrequested: 1.03-1.37x on
+/// Zen 4). The same steps as
 /// accumulate with dot products and row updates instead of GEMMs, so sums run in another
 /// order (results agree within rounding, and do not depend on the thread count).
 /// The row pointers accumulate_heads works through (per thread, sized for count · nb
@@ -414,6 +417,19 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
             value_rows = static_cast<int>(value_group * nb);
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
+    // One prefetch stream over the order the rows are read in: the tile's key rows, its
+    // value rows, the next tile's key rows. At step t of it (t < nk: key row t, else value
+    // row t - nk) the row prefetch_keys steps on is asked for, so the first rows of each
+    // pass are in flight when the pass before it ends.
+    const auto prefetch_ahead = [&](Index h, Index t) {
+      const Index a = t + prefetch_keys;
+      if (a < nk)
+        ks.prefetch(h, j0 + a);
+      else if (a < 2 * nk)
+        vs.prefetch(h, j0 + a - nk);
+      else if (j0 + a - nk < kend)
+        ks.prefetch(h, j0 + a - nk);
+    };
     if (key_rows == 1) {
       // one query row per key row (MHA, one query): key by key, every head of a key
       // before the next, so K is read as one forward stream of whole rows. Blocks of keys
@@ -422,7 +438,7 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
       // block lost 12-25 % (docs/benchmarks-history.md, issue 27)
       for (Index c = 0; c < nk; ++c)
         for (Index h0 = 0; h0 < count; ++h0) {
-          if (c + prefetch_keys < nk) ks.prefetch(h0, j0 + c + prefetch_keys);
+          prefetch_ahead(h0, c);
           ws[h0].s(0, c) = ks.dot(h0, j0 + c, hr.q[static_cast<std::size_t>(h0 * nb)]);
         }
     } else {
@@ -430,8 +446,7 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
       for (Index c0 = 0; c0 < nk; c0 += dot_keys) {
         const int n = static_cast<int>(std::min(dot_keys, nk - c0));
         for (Index h0 = 0; h0 < count; h0 += key_group) {
-          for (Index c = c0; c < c0 + n && c + prefetch_keys < nk; ++c)
-            ks.prefetch(h0, j0 + c + prefetch_keys);
+          for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(h0, c);
           for (int i = 0; i < key_rows; ++i)
             hr.block_s[static_cast<std::size_t>(i)] =
                 hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
@@ -446,8 +461,7 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     for (Index c0 = 0; c0 < nk; c0 += vb) {
       const int kb = static_cast<int>(std::min(vb, nk - c0));
       for (Index h0 = 0; h0 < count; h0 += value_group) {
-        for (Index c = c0; c < c0 + kb && c + prefetch_keys < nk; ++c)
-          vs.prefetch(h0, j0 + c + prefetch_keys);
+        for (Index c = c0; c < c0 + kb; ++c) prefetch_ahead(h0, nk + c);
         for (int i = 0; i < value_rows; ++i)
           probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)] + c0;
         vs.axpy_block(h0, j0 + c0, kb, probs, value_rows, hr.o.data() + h0 * nb);
