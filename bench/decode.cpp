@@ -21,6 +21,8 @@
 // adds every combination of d 64 / 128, 4k / 16k / 64k keys, 1 / 4 / 8 queries and the three
 // storage types, and POSENC_DECODE_BENCH=cache rows over 1280 and 2048 keys (just past
 // decode_chunk) (K and V in the caches: the cost of the arithmetic alone, per byte).
+// POSENC_DECODE_PAGES=huge puts K and V (and the roofline's plan sweep) in memory advised
+// as transparent huge pages, as posenc::kv_cache keeps them (counter `huge_pages`).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -32,6 +34,7 @@
 #include <cstring>
 #include <map>
 #include <posenc/attention/flash.hpp>
+#include <posenc/core/allocator.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -52,6 +55,36 @@ const char* type_name() {
   if constexpr (std::is_same_v<S, Eigen::half>) return "f16";
   return "bf16";
 }
+
+bool mode(const char* name) {
+  const char* e = std::getenv("POSENC_DECODE_BENCH");
+  return e && std::string(e) == name;
+}
+
+// POSENC_DECODE_PAGES=huge: K and V (and the roofline's plan sweep) in memory advised as
+// huge pages, as posenc::kv_cache keeps its rows (posenc::huge_page_allocator); else
+// plain 4 KiB pages, as a caller's own buffers usually are.
+bool huge_pages() {
+  const char* e = std::getenv("POSENC_DECODE_PAGES");
+  return e && std::string(e) == "huge";
+}
+
+// n values of S on the pages huge_pages() picks.
+template <class S>
+struct page_buffer {
+  std::vector<S> small;
+  std::vector<S, posenc::huge_page_allocator<S>> huge;
+  S* data;
+  explicit page_buffer(Index n) {
+    if (huge_pages()) {
+      huge.resize(static_cast<std::size_t>(n));
+      data = huge.data();
+    } else {
+      small.resize(static_cast<std::size_t>(n));
+      data = small.data();
+    }
+  }
+};
 
 // 32 bytes as one value: GCC's and clang's vector extension (full-width loads on any
 // target; plain words where the CPU has no vectors that wide).
@@ -121,7 +154,9 @@ read_plan best_plan(Index threads) {
   auto it = best.find(threads);
   if (it != best.end()) return it->second;
   const Index bytes = Index(32) << 20;
-  std::vector<char> k(static_cast<std::size_t>(bytes), 1), v(static_cast<std::size_t>(bytes), 2);
+  page_buffer<char> k(bytes), v(bytes);
+  std::fill(k.data, k.data + bytes, char(1));
+  std::fill(v.data, v.data + bytes, char(2));
   read_plan pick;
   double fastest = 1e30;
   for (Index block : {Index(0), Index(64) << 10, Index(1) << 20}) {
@@ -129,7 +164,7 @@ read_plan best_plan(Index threads) {
     for (Index ahead : {Index(0), Index(256), Index(512), Index(1024), Index(2048), Index(4096)}) {
       double t = 1e30;
       for (int r = 0; r < 3; ++r)
-        t = std::min(t, roofline_pass(k.data(), v.data(), bytes, threads, read_plan{ahead, block}));
+        t = std::min(t, roofline_pass(k.data, v.data, bytes, threads, read_plan{ahead, block}));
       if (t < fastest) fastest = t, pick = read_plan{ahead, block};
     }
   }
@@ -146,11 +181,14 @@ double roofline_gbps(const char* k, const char* v, Index bytes, Index threads) {
 
 template <class S>
 struct cache {
-  smat<S> k, v;
+  page_buffer<S> k, v;
+  Index rows, cols;
   cache(Index keys, Index kv_heads, Index d)
-      : k(posenc_bench::random_input(keys, kv_heads * d, 2).cast<S>()),
-        v(posenc_bench::random_input(keys, kv_heads * d, 3).cast<S>()) {}
-  Index bytes() const { return k.size() * Index(sizeof(S)); }  // of K (V: the same)
+      : k(keys * kv_heads * d), v(keys * kv_heads * d), rows(keys), cols(kv_heads * d) {
+    Eigen::Map<smat<S>>(k.data, rows, cols) = posenc_bench::random_input(rows, cols, 2).cast<S>();
+    Eigen::Map<smat<S>>(v.data, rows, cols) = posenc_bench::random_input(rows, cols, 3).cast<S>();
+  }
+  Index bytes() const { return rows * cols * Index(sizeof(S)); }  // of K (V: the same)
 };
 
 template <class S>
@@ -159,8 +197,8 @@ void roofline(benchmark::State& state) {
               threads = state.range(3);
   const cache<S> c(keys, kv_heads, d);
   const read_plan plan = best_plan(threads);
-  const auto* k = reinterpret_cast<const char*>(c.k.data());
-  const auto* v = reinterpret_cast<const char*>(c.v.data());
+  const auto* k = reinterpret_cast<const char*>(c.k.data);
+  const auto* v = reinterpret_cast<const char*>(c.v.data);
   for (auto _ : state) {
     const double t = roofline_pass(k, v, c.bytes(), threads, plan);
     state.SetIterationTime(t);
@@ -168,6 +206,7 @@ void roofline(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * c.bytes());
   state.counters["prefetch_bytes"] = static_cast<double>(plan.ahead);
   state.counters["block_bytes"] = static_cast<double>(plan.block);
+  state.counters["huge_pages"] = huge_pages() ? 1 : 0;
   state.SetLabel(std::string("roofline: read of K and V, ") + type_name<S>());
 }
 
@@ -182,11 +221,11 @@ void decode(benchmark::State& state) {
   config.mask.causal = true;
   config.q_offset = keys - queries;
   const auto qv = posenc::view_bshd(q.data(), 1, queries, heads, d);
-  const auto kv = posenc::view_bshd(c.k.data(), 1, keys, kv_heads, d);
-  const auto vv = posenc::view_bshd(c.v.data(), 1, keys, kv_heads, d);
+  const auto kv = posenc::view_bshd(static_cast<const S*>(c.k.data), 1, keys, kv_heads, d);
+  const auto vv = posenc::view_bshd(static_cast<const S*>(c.v.data), 1, keys, kv_heads, d);
   const auto ov = posenc::view_bshd(out.data(), 1, queries, heads, d);
-  const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data()),
-                                    reinterpret_cast<const char*>(c.v.data()), c.bytes(), threads);
+  const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data),
+                                    reinterpret_cast<const char*>(c.v.data), c.bytes(), threads);
   double seconds = 0;  // wall-clock, call by call (manual time)
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -202,16 +241,12 @@ void decode(benchmark::State& state) {
   state.SetBytesProcessed(
       static_cast<std::int64_t>(static_cast<double>(state.iterations()) * bytes));
   state.counters["roofline_GB/s"] = roof;
+  state.counters["huge_pages"] = huge_pages() ? 1 : 0;
   if (seconds > 0)
     state.counters["vs_roofline"] =
         static_cast<double>(state.iterations()) * bytes * 1e-9 / seconds / roof;
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
-}
-
-bool mode(const char* name) {
-  const char* e = std::getenv("POSENC_DECODE_BENCH");
-  return e && std::string(e) == name;
 }
 
 template <class S>

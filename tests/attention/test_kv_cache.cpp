@@ -3,6 +3,7 @@
 // grouped heads, float and double; keys stored rotated once at their positions against
 // rotary_policy over the full sequence; truncate; options and errors.
 
+#include <cstdint>
 #include <posenc/attention/kv_cache.hpp>
 #include <posenc/attention/multi_head.hpp>
 #include <posenc/attention/rotary_policy.hpp>
@@ -277,4 +278,24 @@ TEST_CASE("kv_cache: options and rotary errors", "[kv_cache][errors]") {
   cache.clear();
   cache.clear_rotary();
   CHECK(!cache.has_rotary());
+}
+
+TEST_CASE("kv_cache: rows of 2 MiB or more start on a huge-page boundary, and attend the same",
+          "[kv_cache]") {
+  // 8 heads x 128 values x 4 bytes = 4 KiB a token: 600 tokens reserve 2.3 MiB of K and V
+  const Index heads = 8, dim = 128, tokens = 600;
+  posenc::kv_cache<float> big(heads, dim, dim, tokens), small(heads, dim, dim);
+  const auto k = random_matrix<float>(tokens, heads * dim, 1);
+  const auto v = random_matrix<float>(tokens, heads * dim, 2);
+  big.append(k, v);
+  small.append(k.topRows(3), v.topRows(3));  // 12 KiB: operator new
+  const auto aligned = [](const float* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % posenc::huge_page_bytes == 0;
+  };
+  CHECK(aligned(big.keys().data()));
+  CHECK(aligned(big.values().data()));
+  small.append(k.bottomRows(tokens - 3), v.bottomRows(tokens - 3));  // grows past 2 MiB
+  CHECK(aligned(small.keys().data()));
+  const auto q = random_matrix<float>(1, 2 * heads * dim, 3);
+  CHECK(big.attend(q, 2 * heads) == small.attend(q, 2 * heads));
 }

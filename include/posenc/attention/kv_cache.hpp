@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/allocator.hpp"
 #include "../core/attention_config.hpp"
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
@@ -282,7 +283,8 @@ class kv_cache {
 
   Index kv_heads_, dim_, dim_v_;
   Index size_ = 0;
-  std::vector<Scalar> keys_, values_;
+  // huge pages where the OS gives them: decode reads every row once, page after page
+  std::vector<Scalar, huge_page_allocator<Scalar>> keys_, values_;
   kv_cache_options options_{};
   // mutable: its cos/sin memo grows on demand when a const attend rotates a query
   mutable std::optional<rotary_embedding<Scalar>> rope_;
