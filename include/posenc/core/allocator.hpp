@@ -16,6 +16,9 @@
 
 #include <cstddef>
 #include <cstdlib>
+#if defined(_MSC_VER)
+#include <malloc.h>
+#endif
 #include <limits>
 #include <new>
 
@@ -45,7 +48,11 @@ struct huge_page_allocator {
     if (!is_huge(bytes)) return static_cast<T*>(::operator new(bytes));
     // aligned_alloc wants a multiple of the alignment; the tail of the last page is unused
     const std::size_t rounded = (bytes + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+#if defined(_MSC_VER)
+    void* p = _aligned_malloc(rounded, huge_page_bytes);  // MSVC has no std::aligned_alloc
+#else
     void* p = std::aligned_alloc(huge_page_bytes, rounded);
+#endif
     if (!p) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     // advice only: a kernel without THP, or with it off, says no and the pages stay 4 KiB
@@ -56,7 +63,11 @@ struct huge_page_allocator {
 
   void deallocate(T* p, std::size_t n) noexcept {
     if (is_huge(n * sizeof(T)))
+#if defined(_MSC_VER)
+      _aligned_free(p);
+#else
       std::free(p);
+#endif
     else
       ::operator delete(p);
   }
