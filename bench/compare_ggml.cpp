@@ -13,9 +13,11 @@
 //       ggml-build/src/libggml.a ggml-build/src/libggml-cpu.a ggml-build/src/libggml-base.a \
 //       -lpthread -lm -o compare_ggml
 //   ./compare_ggml check; ./compare_ggml decode; ./compare_ggml rope
+//   ./compare_ggml check --token-major; ./compare_ggml decode --token-major
 //
 // decode: K/V f32 and f16, 4k / 16k / 64k keys, 8/8 and 32/8 heads, d = 128 (and 64 at
 // 16k), 1 and 2 threads; GB/s of the unique K + V bytes (as bench_decode counts them).
+// --token-major: K and V in llama.cpp's (and bench_decode's) token-major layout.
 // rope: q and k [4096 tokens, 64 heads, 128] f32, mode 0 (interleaved pairs) and NEOX
 // (half), 1 and 2 threads; G elements/s of q + k.
 #include <algorithm>
@@ -144,17 +146,32 @@ struct AttnCase {
   ggml_cgraph* gf;
 };
 
+// --token-major: K and V stored token by token ([d, kv_heads, keys], every head of a token
+// side by side, the layout of llama.cpp's KV cache and of bench_decode's posenc rows) and
+// handed to the kernel as the permuted view [d, keys, kv_heads], as llama.cpp does; else
+// each head's keys contiguous ([d, keys, kv_heads] tensors).
+static bool g_token_major = false;
+
 static AttnCase build_attn(ggml_type kv_type, int keys, int heads, int kv_heads, int d) {
   const size_t es = ggml_type_size(kv_type);
   const size_t bytes = (size_t)d * heads * 4 * 2 + 2 * (size_t)d * keys * kv_heads * es + 4 * 256;
   AttnCase c;
   c.ctx = make_ctx(bytes, 8);
   c.q = ggml_new_tensor_4d(c.ctx, GGML_TYPE_F32, d, 1, heads, 1);
-  c.k = ggml_new_tensor_4d(c.ctx, kv_type, d, keys, kv_heads, 1);
-  c.v = ggml_new_tensor_4d(c.ctx, kv_type, d, keys, kv_heads, 1);
   fill_tensor(c.q, 1);
-  fill_tensor(c.k, 2);
-  fill_tensor(c.v, 3);
+  if (g_token_major) {
+    ggml_tensor* ks = ggml_new_tensor_3d(c.ctx, kv_type, d, kv_heads, keys);
+    ggml_tensor* vs = ggml_new_tensor_3d(c.ctx, kv_type, d, kv_heads, keys);
+    fill_tensor(ks, 2);
+    fill_tensor(vs, 3);
+    c.k = ggml_permute(c.ctx, ks, 0, 2, 1, 3);  // [d, keys, kv_heads], strided
+    c.v = ggml_permute(c.ctx, vs, 0, 2, 1, 3);
+  } else {
+    c.k = ggml_new_tensor_4d(c.ctx, kv_type, d, keys, kv_heads, 1);
+    c.v = ggml_new_tensor_4d(c.ctx, kv_type, d, keys, kv_heads, 1);
+    fill_tensor(c.k, 2);
+    fill_tensor(c.v, 3);
+  }
   c.out = ggml_flash_attn_ext(c.ctx, c.q, c.k, c.v, /*mask*/ nullptr, 1.0f / std::sqrt((float)d),
                               /*max_bias*/ 0.0f, /*logit_softcap*/ 0.0f);
   ggml_flash_attn_ext_set_prec(c.out,
@@ -164,9 +181,11 @@ static AttnCase build_attn(ggml_type kv_type, int keys, int heads, int kv_heads,
   return c;
 }
 
-static float get_f(const ggml_tensor* t, size_t i) {
-  if (t->type == GGML_TYPE_F32) return ((const float*)t->data)[i];
-  return ggml_fp16_to_fp32(((const ggml_fp16_t*)t->data)[i]);
+// element (i, j, g) of a K or V tensor [d, keys, kv_heads], contiguous or a permuted view
+static float get_at(const ggml_tensor* t, int i, int j, int g) {
+  const char* p = (const char*)t->data + i * t->nb[0] + j * t->nb[1] + g * t->nb[2];
+  if (t->type == GGML_TYPE_F32) return *(const float*)p;
+  return ggml_fp16_to_fp32(*(const ggml_fp16_t*)p);
 }
 
 // naive double reference: out[h][:] = softmax(q_h . K_g^T * scale) V_g, g = h / (heads/kv_heads)
@@ -189,8 +208,7 @@ static double attn_check_one(ggml_type kv_type, int keys, int heads, int kv_head
     double m = -INFINITY;
     for (int j = 0; j < keys; ++j) {
       double dot = 0;
-      const size_t kb = ((size_t)g * keys + j) * d;
-      for (int i = 0; i < d; ++i) dot += (double)qh[i] * get_f(c.k, kb + i);
+      for (int i = 0; i < d; ++i) dot += (double)qh[i] * get_at(c.k, i, j, g);
       s[j] = dot * scale;
       m = std::max(m, s[j]);
     }
@@ -199,8 +217,7 @@ static double attn_check_one(ggml_type kv_type, int keys, int heads, int kv_head
     for (int j = 0; j < keys; ++j) {
       const double p = std::exp(s[j] - m);
       sum += p;
-      const size_t vb = ((size_t)g * keys + j) * d;
-      for (int i = 0; i < d; ++i) acc[i] += p * get_f(c.v, vb + i);
+      for (int i = 0; i < d; ++i) acc[i] += p * get_at(c.v, i, j, g);
     }
     for (int i = 0; i < d; ++i) {
       // result [d, heads, 1, 1]: element (i, h) at h*d + i
@@ -242,9 +259,9 @@ static void bench_decode(ggml_type kv_type, int keys, int heads, int kv_heads, i
     med = r.time_median();
   }
   const double gbs = 2.0 * keys * kv_heads * d * ggml_type_size(kv_type) / med / 1e9;
-  printf("ggml decode %s keys=%d heads=%d/%d d=%d threads=%d median_ms=%.4f GB/s=%.2f\n",
+  printf("ggml decode %s keys=%d heads=%d/%d d=%d threads=%d median_ms=%.4f GB/s=%.2f layout=%s\n",
          kv_type == GGML_TYPE_F32 ? "f32" : "f16", keys, heads, kv_heads, d, threads, med * 1e3,
-         gbs);
+         gbs, g_token_major ? "token" : "head");
   fflush(stdout);
   ggml_free(c.ctx);
 }
@@ -356,10 +373,12 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--quick")
       quick = true;
+    else if (a == "--token-major")
+      g_token_major = true;
     else if (a == "decode" || a == "rope" || a == "check" || a == "all")
       what = a;
     else {
-      fprintf(stderr, "usage: %s [decode|rope|check|all] [--quick]\n", argv[0]);
+      fprintf(stderr, "usage: %s [decode|rope|check|all] [--quick] [--token-major]\n", argv[0]);
       return 2;
     }
   }

@@ -22,7 +22,9 @@
 // storage types, and POSENC_DECODE_BENCH=cache rows over 1280 and 2048 keys (just past
 // decode_chunk) (K and V in the caches: the cost of the arithmetic alone, per byte).
 // POSENC_DECODE_PAGES=huge puts K and V (and the roofline's plan sweep) in memory advised
-// as transparent huge pages, as posenc::kv_cache keeps them (counter `huge_pages`).
+// as transparent huge pages, as posenc::kv_cache keeps them (counter `huge_pages`), and
+// POSENC_DECODE_LAYOUT=head stores K and V head by head ([1, kv_heads, keys, d], counter
+// `head_major`; compare_ggml's default layout) instead of token by token.
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -67,6 +69,13 @@ bool mode(const char* name) {
 bool huge_pages() {
   const char* e = std::getenv("POSENC_DECODE_PAGES");
   return e && std::string(e) == "huge";
+}
+
+// POSENC_DECODE_LAYOUT=head: K and V stored head by head (each head's keys contiguous, the
+// layout of compare_ggml's default rows) instead of token by token.
+bool head_major() {
+  const char* e = std::getenv("POSENC_DECODE_LAYOUT");
+  return e && std::string(e) == "head";
 }
 
 // n values of S on the pages huge_pages() picks.
@@ -221,8 +230,14 @@ void decode(benchmark::State& state) {
   config.mask.causal = true;
   config.q_offset = keys - queries;
   const auto qv = posenc::view_bshd(q.data(), 1, queries, heads, d);
-  const auto kv = posenc::view_bshd(static_cast<const S*>(c.k.data), 1, keys, kv_heads, d);
-  const auto vv = posenc::view_bshd(static_cast<const S*>(c.v.data), 1, keys, kv_heads, d);
+  // token-major [1, keys, kv_heads, d] (a KV cache as inference engines keep it), or with
+  // POSENC_DECODE_LAYOUT=head each head's keys contiguous ([1, kv_heads, keys, d])
+  const auto kv = head_major()
+                      ? posenc::view_bhsd(static_cast<const S*>(c.k.data), 1, kv_heads, keys, d)
+                      : posenc::view_bshd(static_cast<const S*>(c.k.data), 1, keys, kv_heads, d);
+  const auto vv = head_major()
+                      ? posenc::view_bhsd(static_cast<const S*>(c.v.data), 1, kv_heads, keys, d)
+                      : posenc::view_bshd(static_cast<const S*>(c.v.data), 1, keys, kv_heads, d);
   const auto ov = posenc::view_bshd(out.data(), 1, queries, heads, d);
   const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data),
                                     reinterpret_cast<const char*>(c.v.data), c.bytes(), threads);
@@ -242,6 +257,7 @@ void decode(benchmark::State& state) {
       static_cast<std::int64_t>(static_cast<double>(state.iterations()) * bytes));
   state.counters["roofline_GB/s"] = roof;
   state.counters["huge_pages"] = huge_pages() ? 1 : 0;
+  state.counters["head_major"] = head_major() ? 1 : 0;
   if (seconds > 0)
     state.counters["vs_roofline"] =
         static_cast<double>(state.iterations()) * bytes * 1e-9 / seconds / roof;

@@ -457,6 +457,54 @@ TEST_CASE("views whose last axis is strided give the contiguous views' result", 
   }
 }
 
+TEST_CASE("decode over head-major K and V gives the token-major result, bit for bit",
+          "[flash][decode]") {
+  // [B, H, L, d] caches (PyTorch's past_key_values) are read one KV group at a time, each
+  // head's keys a stream of their own, [B, L, H, d] ones key by key across the heads: the
+  // same arithmetic per head in either order. MHA and GQA, 1 and 3 queries, float and
+  // half storage (rows widened in registers), a policy that transforms keys (read from
+  // its per-head copy: the values' layout decides), and a batch with shorter keys.
+  const auto head_major = [](const auto& m, const sizes& z, Index heads, Index dim) {
+    using M = std::decay_t<decltype(m)>;
+    M h(m.rows(), m.cols());  // the same values, row (b, g, j) = token j of head g
+    for (Index b = 0; b < z.batch; ++b)
+      for (Index g = 0; g < heads; ++g)
+        for (Index j = 0; j < z.len_k; ++j)
+          for (Index c = 0; c < dim; ++c)
+            h.data()[((b * heads + g) * z.len_k + j) * dim + c] = m(b * z.len_k + j, g * dim + c);
+    return h;
+  };
+  const auto check = [&](const auto& p, const auto& pol) {
+    const sizes& z = p.z;
+    const auto kh = head_major(p.k, z, z.kv_heads, z.dim);
+    const auto vh = head_major(p.v, z, z.kv_heads, z.dim_v);
+    posenc::attention_config opt;
+    opt.mask.causal = true;
+    opt.q_offset = z.len_k - z.len_q;
+    if (z.batch == 2) opt.mask.key_lengths = {z.len_k, z.len_k - 300};
+    auto out = p.empty_out();
+    posenc::flash_multi_head_attention(
+        p.qv(), posenc::view_bhsd(kh.data(), z.batch, z.kv_heads, z.len_k, z.dim),
+        posenc::view_bhsd(vh.data(), z.batch, z.kv_heads, z.len_k, z.dim_v), p.ov(out), opt, pol,
+        posenc::flash_options{2});
+    CHECK(out == run_flash(p, opt, pol));
+    // half storage: both outputs rounded to half (2^-11 relative)
+    const bool single = std::is_same_v<typename std::decay_t<decltype(out)>::Scalar, float>;
+    CHECK(rel_err(out.template cast<double>(), run_reference(p, opt, pol).template cast<double>()) <
+          (single ? 2e-6 : 1e-3));
+  };
+  for (const sizes& z : {sizes{1, 8, 8, 1, 2100, 128, 128}, sizes{2, 8, 2, 3, 1500, 72, 40},
+                         sizes{1, 4, 1, 1, 1030, 64, 64}}) {
+    INFO("heads " << z.heads << "/" << z.kv_heads << ", Lq " << z.len_q << ", d " << z.dim);
+    const problem<float> p(z, 71);
+    check(p, posenc::no_position_policy{});
+    check(p, posenc::alibi_policy(z.heads));
+    if (z.dim == z.dim_v) check(p, posenc::rotary_policy(z.dim));
+    const problem<Eigen::half> h(z, 72);
+    check(h, posenc::no_position_policy{});
+  }
+}
+
 TEST_CASE("every compiled backend gives the scalar backend's result", "[flash][backend]") {
   const sizes z{1, 4, 2, 100, 260, 72, 72};
   const problem<float> p(z, 51);

@@ -163,6 +163,9 @@ struct plan {
   Index shaw_rows = 0;  ///< clipped embeddings: table rows (0: none)
   bool decode = false;  ///< at most decode_rows queries against more than decode_chunk keys
   Index chunks = 0;     ///< decode: key chunks of decode_chunk keys
+  /// decode: visit one KV group's heads at a time (each head's keys a stream of their
+  /// own) rather than every head key by key; for head-major K/V ([B, H, L, d])
+  bool heads_outer = false;
   std::vector<head_context<Policy, Real>> heads;  ///< b * heads + h
   std::vector<strided_view<TK, 2>> k_views;       ///< b * kv_heads + g (the blocks read them)
   std::vector<strided_view<TV, 2>> v_views;
@@ -195,6 +198,16 @@ plan<Policy, Real, TK, TV> make_plan(const strided_view<TK, 4>& k, const strided
   p.group = s.heads / s.kv_heads;
   p.decode = s.len_q <= T::decode_rows && s.len_k > T::decode_chunk;
   p.chunks = (s.len_k + T::decode_chunk - 1) / T::decode_chunk;
+  // Decode streams the rows in the order they lie: key by key across the heads where a
+  // token's heads sit side by side ([B, L, H, d], a KV cache kept token by token), head by
+  // head where each head's keys do ([B, H, L, d], PyTorch's past_key_values). The other
+  // order reads one short run per row of a far-apart stream for every head at once: 1.7x
+  // slower on Zen 4 (docs/benchmarks.md). Keys a policy transforms are read from a
+  // per-head copy, so then the values' layout decides.
+  const auto key_stride_shorter = [&](const auto& x) {
+    return s.kv_heads > 1 && std::abs(x.stride(1)) < std::abs(x.stride(2));
+  };
+  p.heads_outer = key_stride_shorter(v) && (Policy::transforms_keys || key_stride_shorter(k));
   const Index bh = s.batch * s.heads, group = p.group;
   p.heads.resize(static_cast<std::size_t>(bh));
   for (Index b = 0; b < s.batch; ++b)
@@ -420,12 +433,15 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
                                     wh[static_cast<std::size_t>(h)], backend::scalar{});
       k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
     }
-    // every head of the batch, key by key (the mask's limits do not depend on the head)
-    kv_row_source<Backend, Policy, Real, TK> kr(hb, &head_context<Policy, Real>::k);
-    kv_row_source<Backend, Policy, Real, TV> vr(hb, &head_context<Policy, Real>::v);
-    if (k0 < k_end)
-      accumulate_heads(hb, kr, vr, s.heads, key_group, p.group, p.ci, nb, k0, k_end, wh.data(),
-                       rows[static_cast<std::size_t>(worker)]);
+    // every head of the batch, key by key, or one KV group at a time (p.heads_outer); the
+    // mask's limits do not depend on the head
+    const Index span = p.heads_outer ? p.group : s.heads;
+    for (Index h0 = 0; h0 < s.heads && k0 < k_end; h0 += span) {
+      kv_row_source<Backend, Policy, Real, TK> kr(hb + h0, &head_context<Policy, Real>::k);
+      kv_row_source<Backend, Policy, Real, TV> vr(hb + h0, &head_context<Policy, Real>::v);
+      accumulate_heads(hb + h0, kr, vr, span, key_group, p.group, p.ci, nb, k0, k_end,
+                       wh.data() + h0, rows[static_cast<std::size_t>(worker)]);
+    }
     for (Index h = 0; h < s.heads; ++h) {
       const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
       partial& part = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + u % chunks)];
