@@ -201,9 +201,9 @@ plan<Policy, Real, TK, TV> make_plan(const strided_view<TK, 4>& k, const strided
   // Decode streams the rows in the order they lie: key by key across the heads where a
   // token's heads sit side by side ([B, L, H, d], a KV cache kept token by token), head by
   // head where each head's keys do ([B, H, L, d], PyTorch's past_key_values). The other
-  // order reads one short run per row of a far-apart stream for every head at once: 1.7x
-  // slower on Zen 4 (docs/benchmarks.md). Keys a policy transforms are read from a
-  // per-head copy, so then the values' layout decides.
+  // order reads one short run of every head's stream at once: head-major half and
+  // bfloat16 caches decoded 1.4-1.5x slower so on Zen 4, d = 64 1.3x (docs/benchmarks.md).
+  // Keys a policy transforms are read from a per-head copy: then the values' layout decides.
   const auto key_stride_shorter = [&](const auto& x) {
     return s.kv_heads > 1 && std::abs(x.stride(1)) < std::abs(x.stride(2));
   };
