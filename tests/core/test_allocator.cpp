@@ -46,6 +46,12 @@ TEST_CASE("huge_page_allocator: small blocks, vectors growing past the threshold
   v.shrink_to_fit();  // back below the threshold: operator new again
   CHECK(v[9] == 63);
 
+  // sizes whose bytes, or their rounding up to whole huge pages, do not fit a size_t
   CHECK_THROWS_AS(a.allocate(std::numeric_limits<std::size_t>::max() / 4), std::bad_alloc);
+  posenc::huge_page_allocator<float> f;
+  CHECK_THROWS_AS(f.allocate(std::numeric_limits<std::size_t>::max() / sizeof(float)),
+                  std::bad_alloc);
+  CHECK_THROWS_AS(f.allocate(std::numeric_limits<std::size_t>::max() / sizeof(float) - 8),
+                  std::bad_alloc);
   CHECK(posenc::huge_page_allocator<float>() == posenc::huge_page_allocator<double>());
 }

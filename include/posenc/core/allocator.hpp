@@ -43,7 +43,9 @@ struct huge_page_allocator {
   huge_page_allocator(const huge_page_allocator<U>&) noexcept {}
 
   T* allocate(std::size_t n) {
-    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_alloc();
+    // room for the size in bytes and for its rounding up to whole huge pages
+    if (n > (std::numeric_limits<std::size_t>::max() - huge_page_bytes) / sizeof(T))
+      throw std::bad_alloc();
     const std::size_t bytes = n * sizeof(T);
     if (!is_huge(bytes)) return static_cast<T*>(::operator new(bytes));
     // aligned_alloc wants a multiple of the alignment; the tail of the last page is unused
