@@ -58,25 +58,21 @@ const char* type_name() {
   return "bf16";
 }
 
-bool mode(const char* name) {
-  const char* e = std::getenv("POSENC_DECODE_BENCH");
-  return e && std::string(e) == name;
+// Whether environment variable `var` is set to `value`.
+bool env_is(const char* var, const char* value) {
+  const char* e = std::getenv(var);
+  return e && std::string(e) == value;
 }
+bool mode(const char* name) { return env_is("POSENC_DECODE_BENCH", name); }
 
 // POSENC_DECODE_PAGES=huge: K and V (and the roofline's plan sweep) in memory advised as
 // huge pages, as posenc::kv_cache keeps its rows (posenc::huge_page_allocator); else
 // plain 4 KiB pages, as a caller's own buffers usually are.
-bool huge_pages() {
-  const char* e = std::getenv("POSENC_DECODE_PAGES");
-  return e && std::string(e) == "huge";
-}
+bool huge_pages() { return env_is("POSENC_DECODE_PAGES", "huge"); }
 
 // POSENC_DECODE_LAYOUT=head: K and V stored head by head (each head's keys contiguous, the
 // layout of compare_ggml's default rows) instead of token by token.
-bool head_major() {
-  const char* e = std::getenv("POSENC_DECODE_LAYOUT");
-  return e && std::string(e) == "head";
-}
+bool head_major() { return env_is("POSENC_DECODE_LAYOUT", "head"); }
 
 // n values of S on the pages huge_pages() picks.
 template <class S>
@@ -232,12 +228,11 @@ void decode(benchmark::State& state) {
   const auto qv = posenc::view_bshd(q.data(), 1, queries, heads, d);
   // token-major [1, keys, kv_heads, d] (a KV cache as inference engines keep it), or with
   // POSENC_DECODE_LAYOUT=head each head's keys contiguous ([1, kv_heads, keys, d])
-  const auto kv = head_major()
-                      ? posenc::view_bhsd(static_cast<const S*>(c.k.data), 1, kv_heads, keys, d)
-                      : posenc::view_bshd(static_cast<const S*>(c.k.data), 1, keys, kv_heads, d);
-  const auto vv = head_major()
-                      ? posenc::view_bhsd(static_cast<const S*>(c.v.data), 1, kv_heads, keys, d)
-                      : posenc::view_bshd(static_cast<const S*>(c.v.data), 1, keys, kv_heads, d);
+  const auto stored = [&](const S* data) {
+    return head_major() ? posenc::view_bhsd(data, 1, kv_heads, keys, d)
+                        : posenc::view_bshd(data, 1, keys, kv_heads, d);
+  };
+  const auto kv = stored(c.k.data), vv = stored(c.v.data);
   const auto ov = posenc::view_bshd(out.data(), 1, queries, heads, d);
   const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data),
                                     reinterpret_cast<const char*>(c.v.data), c.bytes(), threads);
