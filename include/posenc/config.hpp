@@ -60,6 +60,14 @@
 #define POSENC_INLINE inline __attribute__((always_inline))
 #endif
 
+/// Keeps a function out of line: a loop that only some calls take, kept from growing
+/// the hot function it would join (GCC then inlines that function's kernels otherwise).
+#if defined(_MSC_VER)
+#define POSENC_NOINLINE __declspec(noinline)
+#else
+#define POSENC_NOINLINE __attribute__((noinline))
+#endif
+
 /// Hints the cache to fetch the line at address p for reading, or (_WRITE) for writing,
 /// or (_L2) for reading into the outer caches only, for data needed later than soon
 /// (no-ops where unsupported).

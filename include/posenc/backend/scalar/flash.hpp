@@ -390,6 +390,27 @@ struct head_rows {
         block_s(static_cast<std::size_t>(rows)) {}
 };
 
+/// accumulate_heads' value rows for one output row per value row (MHA, one query): key
+/// by key across the heads, as it takes the keys. A block of value rows per head keeps
+/// the output row in registers, but it visits 16 rows 4 KiB apart in a [keys, heads, d]
+/// buffer, which share a few L1 sets: 3x slower from L2 on Zen 4 than this order, whose
+/// output rows stay in L1 (decode 1.1-1.5x). The same FMAs in the same order per output
+/// value: the same bits. With several output rows per value row (a GQA group) the blocks
+/// win: this order then loads and stores every output row once per key (0.7-0.8x), as
+/// the dots of a group key by key, one sum per dot, do. Out of line: inlined, it changed
+/// how GCC inlined the block kernels of the other shapes (half GQA 0.92x).
+template <class Real, class VRows, class Prefetch>
+POSENC_NOINLINE void add_values_by_key(VRows& vs, Index count, Index nb, Index j0, Index nk,
+                                       head_rows<Real>& hr,
+                                       const Prefetch& prefetch_ahead) noexcept {
+  for (Index c = 0; c < nk; ++c)
+    for (Index h0 = 0; h0 < count; ++h0) {
+      const auto i = static_cast<std::size_t>(h0 * nb);
+      prefetch_ahead(h0, nk + c);
+      vs.axpy(h0, j0 + c, hr.p[i][c], hr.o[i]);
+    }
+}
+
 /// `key_group` consecutive heads share their key rows and `value_group` their value rows
 /// (GQA: heads / kv_heads; 1 for MHA, and for keys a policy transforms per query head):
 /// the dot products of all their query rows with a block of key rows are taken together
@@ -459,19 +480,8 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
     if (value_rows == 1) {
       // one output row per value row (MHA, one query): key by key across the heads, like
-      // the keys above. A block of value rows per head (below) keeps the output row in
-      // registers, but it visits 16 rows 4 KiB apart in a [keys, heads, d] buffer, which
-      // share a few L1 sets: 3x slower from L2 on Zen 4 than this order, whose output
-      // rows stay in L1 (decode 1.1-1.5x). The same FMAs in the same order per output
-      // value: the same bits. With several output rows per value row (a GQA group) the
-      // blocks win: this order then loads and stores every output row once per key
-      // (0.7-0.8x), as the dots of a group key by key, one sum per dot, do.
-      for (Index c = 0; c < nk; ++c)
-        for (Index h0 = 0; h0 < count; ++h0) {
-          const auto i = static_cast<std::size_t>(h0 * nb);
-          prefetch_ahead(h0, nk + c);
-          vs.axpy(h0, j0 + c, hr.p[i][c], hr.o[i]);
-        }
+      // the keys above (add_values_by_key)
+      add_values_by_key(vs, count, nb, j0, nk, hr, prefetch_ahead);
       continue;
     }
     // blocks of vb keys: the probabilities of a block are p[i] + c0
