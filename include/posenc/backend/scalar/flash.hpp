@@ -394,7 +394,7 @@ struct head_rows {
 /// by key across the heads, as it takes the keys. A block of value rows per head keeps
 /// the output row in registers, but it visits 16 rows 4 KiB apart in a [keys, heads, d]
 /// buffer, which share a few L1 sets: 3x slower from L2 on Zen 4 than this order, whose
-/// output rows stay in L1 (decode 1.1-1.5x). The same FMAs in the same order per output
+/// output rows stay in L1 (MHA decode 1.2-2.1x). The same FMAs in the same order per output
 /// value: the same bits. With several output rows per value row (a GQA group) the blocks
 /// win: this order then loads and stores every output row once per key (0.7-0.8x), as
 /// the dots of a group key by key, one sum per dot, do. Out of line: inlined, it changed
