@@ -400,14 +400,14 @@ struct head_rows {
 /// the dots of a group key by key, one sum per dot, do. Out of line: inlined, it changed
 /// how GCC inlined the block kernels of the other shapes (half GQA 0.92x).
 template <class Real, class VRows, class Prefetch>
-POSENC_NOINLINE void add_values_by_key(VRows& vs, Index count, Index nb, Index j0, Index nk,
+POSENC_NOINLINE void add_values_by_key(VRows& vs, Index count, Index j0, Index nk,
                                        head_rows<Real>& hr,
                                        const Prefetch& prefetch_ahead) noexcept {
   for (Index c = 0; c < nk; ++c)
-    for (Index h0 = 0; h0 < count; ++h0) {
-      const auto i = static_cast<std::size_t>(h0 * nb);
-      prefetch_ahead(h0, nk + c);
-      vs.axpy(h0, j0 + c, hr.p[i][c], hr.o[i]);
+    for (Index h = 0; h < count; ++h) {  // one row per head: head h's rows are at h
+      const auto i = static_cast<std::size_t>(h);
+      prefetch_ahead(h, nk + c);
+      vs.axpy(h, j0 + c, hr.p[i][c], hr.o[i]);
     }
 }
 
@@ -481,7 +481,7 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     if (value_rows == 1) {
       // one output row per value row (MHA, one query): key by key across the heads, like
       // the keys above (add_values_by_key)
-      add_values_by_key(vs, count, nb, j0, nk, hr, prefetch_ahead);
+      add_values_by_key(vs, count, j0, nk, hr, prefetch_ahead);  // nb == 1 here
       continue;
     }
     // blocks of vb keys: the probabilities of a block are p[i] + c0
