@@ -21,6 +21,8 @@
 // adds every combination of d 64 / 128, 4k / 16k / 64k keys, 1 / 4 / 8 queries and the three
 // storage types, and POSENC_DECODE_BENCH=cache rows over 1280 and 2048 keys (just past
 // decode_chunk) (K and V in the caches: the cost of the arithmetic alone, per byte).
+// POSENC_DECODE_BENCH=order runs read_order instead (below: the roofline's bytes in a
+// decode kernel's read order and instruction mix, no attention).
 // POSENC_DECODE_PAGES=huge puts K and V (and the roofline's plan sweep) in memory advised
 // as transparent huge pages, as posenc::kv_cache keeps them (counter `huge_pages`), and
 // POSENC_DECODE_LAYOUT=head stores K and V head by head ([1, kv_heads, keys, d], counter
@@ -34,12 +36,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <posenc/attention/flash.hpp>
 #include <posenc/core/allocator.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -215,6 +219,98 @@ void roofline(benchmark::State& state) {
   state.SetLabel(std::string("roofline: read of K and V, ") + type_name<S>());
 }
 
+// Times `call` call by call (wall clock, manual time) and reports `bytes` per call as GB/s,
+// beside `roof` (the roofline of the same bytes, GB/s) and their ratio `vs_roofline`.
+template <class Call>
+void time_against_roofline(benchmark::State& state, double bytes, double roof, Call call) {
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(t);
+    seconds += t;
+  }
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(static_cast<double>(state.iterations()) * bytes));
+  state.counters["roofline_GB/s"] = roof;
+  state.counters["huge_pages"] = huge_pages() ? 1 : 0;
+  if (seconds > 0)
+    state.counters["vs_roofline"] =
+        static_cast<double>(state.iterations()) * bytes * 1e-9 / seconds / roof;
+}
+
+// 64 bytes of floats as one value (GCC's and clang's vector extension; two or four
+// registers where the CPU's vectors are narrower).
+typedef float floats16 __attribute__((vector_size(64)));
+
+// K then V of each 256-key tile of a [keys, 8 heads, 128] float cache, in the order a
+// decode kernel reads them: `Rows` key rows of one head at a time (1: key by key across
+// the heads, which is address order; 16: 512 bytes of each of 16 rows 4 KiB apart, head
+// by head, the order of a GQA group's block kernels), with `Fmas` fused multiply-adds per
+// 64 bytes loaded (a GQA group of 4 query heads does 4 per 64 bytes of K and of V), their
+// other operand a register or (`QueryLoads`) a load from a 2 KiB row that stays in L1, as
+// the query rows of a group are.
+template <int Rows, int Fmas, bool QueryLoads>
+float read_in_order(const float* k, const float* v, Index keys, const float* q) {
+  constexpr Index heads = 8, d = 128, row = heads * d, tile = 256;
+  floats16 acc[8] = {};
+  floats16 w;
+  for (int l = 0; l < 16; ++l) w[l] = 0.999f;
+  for (Index j0 = 0; j0 < keys; j0 += tile)
+    for (const float* base : {k + j0 * row, v + j0 * row})
+      for (Index c0 = 0; c0 < std::min(tile, keys - j0); c0 += Rows)
+        for (Index h = 0; h < heads; ++h)
+          for (Index c = c0; c < c0 + Rows; ++c)
+            for (int j = 0; j < 8; ++j) {
+              floats16 x;
+              std::memcpy(&x, base + c * row + h * d + 16 * j, sizeof x);
+              for (int f = 0; f < Fmas; ++f) {
+                if constexpr (QueryLoads) std::memcpy(&w, q + (f * 8 + j) * 16, sizeof w);
+                acc[j] = x * w + acc[j];
+              }
+            }
+  floats16 s = acc[0];
+  for (int j = 1; j < 8; ++j) s += acc[j];
+  return s[0] + s[15];
+}
+
+// POSENC_DECODE_BENCH=order: read_order/keys/rows/fmas/query_loads, one thread: whether
+// this core overlaps a decode's arithmetic with its reads, and how the order of the reads
+// (address order, or a head's rows a block at a time) and loads of the query rows beside
+// them change the rate; GB/s of K + V, and `vs_roofline` over the roofline of the same
+// bytes.
+void read_order(benchmark::State& state) {
+  const Index keys = state.range(0), rows = state.range(1), fmas = state.range(2);
+  const bool query_loads = state.range(3) != 0;
+  const cache<float> c(keys, 8, 128);
+  const std::vector<float> q(4 * 8 * 16, 0.5f);
+  const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data),
+                                    reinterpret_cast<const char*>(c.v.data), c.bytes(), 1);
+  const auto pass = [&] {
+    const auto run = [&](auto rows_c, auto fmas_c, auto loads_c) {
+      return read_in_order<decltype(rows_c)::value, decltype(fmas_c)::value,
+                           decltype(loads_c)::value>(c.k.data, c.v.data, keys, q.data());
+    };
+    using one = std::integral_constant<int, 1>;
+    using four = std::integral_constant<int, 4>;
+    using sixteen = std::integral_constant<int, 16>;
+    using reg = std::false_type;
+    if (query_loads) {
+      if (rows == 1)
+        return fmas == 1 ? run(one{}, one{}, std::true_type{})
+                         : run(one{}, four{}, std::true_type{});
+      return run(sixteen{}, four{}, std::true_type{});
+    }
+    if (rows == 1) return fmas == 1 ? run(one{}, one{}, reg{}) : run(one{}, four{}, reg{});
+    return fmas == 1 ? run(sixteen{}, one{}, reg{}) : run(sixteen{}, four{}, reg{});
+  };
+  time_against_roofline(state, 2.0 * static_cast<double>(c.bytes()), roof,
+                        [&] { benchmark::DoNotOptimize(pass()); });
+  state.SetLabel(std::string(rows == 1 ? "address order" : "16 rows of a head at a time") +
+                 (query_loads ? ", query loads" : ""));
+}
+
 template <class S>
 void decode(benchmark::State& state) {
   const Index keys = state.range(0), heads = state.range(1), kv_heads = state.range(2),
@@ -236,26 +332,13 @@ void decode(benchmark::State& state) {
   const auto ov = posenc::view_bshd(out.data(), 1, queries, heads, d);
   const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data),
                                     reinterpret_cast<const char*>(c.v.data), c.bytes(), threads);
-  double seconds = 0;  // wall-clock, call by call (manual time)
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
+  time_against_roofline(state, 2.0 * static_cast<double>(c.bytes()), roof, [&] {
     posenc::flash_multi_head_attention(qv, kv, vv, ov, config, posenc::no_position_policy{},
                                        posenc::flash_options{threads});
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(t);
-    seconds += t;
-  }
-  const double bytes = 2.0 * static_cast<double>(c.bytes());
-  state.SetBytesProcessed(
-      static_cast<std::int64_t>(static_cast<double>(state.iterations()) * bytes));
-  state.counters["roofline_GB/s"] = roof;
-  state.counters["huge_pages"] = huge_pages() ? 1 : 0;
+  });
   state.counters["head_major"] = head_major() ? 1 : 0;
-  if (seconds > 0)
-    state.counters["vs_roofline"] =
-        static_cast<double>(state.iterations()) * bytes * 1e-9 / seconds / roof;
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
@@ -308,9 +391,20 @@ void add_rows(bool every) {
 
 int main(int argc, char** argv) {
   const bool every = mode("full");
-  add_rows<float>(every);
-  add_rows<Eigen::half>(every);
-  add_rows<Eigen::bfloat16>(every);
+  if (mode("order"))
+    for (long keys : {1280L, 16384L})
+      benchmark::RegisterBenchmark("read_order", read_order)
+          ->ArgsProduct({{keys}, {1, 16}, {1, 4}, {0}})
+          ->Args({keys, 1, 1, 1})  // MHA's mix: one FMA and one query load per 64 bytes
+          ->Args({keys, 1, 4, 1})
+          ->Args({keys, 16, 4, 1})  // GQA's block kernels: their order and load mix
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+  else {
+    add_rows<float>(every);
+    add_rows<Eigen::half>(every);
+    add_rows<Eigen::bfloat16>(every);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
