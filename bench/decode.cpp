@@ -241,7 +241,8 @@ void time_against_roofline(benchmark::State& state, double bytes, double roof, C
 }
 
 // 64 bytes of floats as one value (GCC's and clang's vector extension; two or four
-// registers where the CPU's vectors are narrower).
+// registers where the CPU's vectors are narrower). `x * w + a` on it compiles to fused
+// multiply-adds where the target has them (GCC's and clang's default contraction).
 typedef float floats16 __attribute__((vector_size(64)));
 
 // K then V of each 256-key tile of a [keys, 8 heads, 128] float cache, in the order a
@@ -249,27 +250,32 @@ typedef float floats16 __attribute__((vector_size(64)));
 // the heads, which is address order; 16: 512 bytes of each of 16 rows 4 KiB apart, head
 // by head, the order of a GQA group's block kernels), with `Fmas` fused multiply-adds per
 // 64 bytes loaded (a GQA group of 4 query heads does 4 per 64 bytes of K and of V), their
-// other operand a register or (`QueryLoads`) a load from a 2 KiB row that stays in L1, as
-// the query rows of a group are.
+// other operand a register or (`QueryLoads`) a load of the head's query rows (4 rows of
+// each of the 8 heads, 16 KiB, which stay in L1), as a kernel loads them.
 template <int Rows, int Fmas, bool QueryLoads>
 float read_in_order(const float* k, const float* v, Index keys, const float* q) {
   constexpr Index heads = 8, d = 128, row = heads * d, tile = 256;
   floats16 acc[8] = {};
   floats16 w;
   for (int l = 0; l < 16; ++l) w[l] = 0.999f;
-  for (Index j0 = 0; j0 < keys; j0 += tile)
+  for (Index j0 = 0; j0 < keys; j0 += tile) {
+    const Index n = std::min(tile, keys - j0);
     for (const float* base : {k + j0 * row, v + j0 * row})
-      for (Index c0 = 0; c0 < std::min(tile, keys - j0); c0 += Rows)
+      for (Index c0 = 0; c0 < n; c0 += Rows) {
+        const Index c1 = std::min<Index>(c0 + Rows, n);
         for (Index h = 0; h < heads; ++h)
-          for (Index c = c0; c < c0 + Rows; ++c)
+          for (Index c = c0; c < c1; ++c)
             for (int j = 0; j < 8; ++j) {
               floats16 x;
               std::memcpy(&x, base + c * row + h * d + 16 * j, sizeof x);
               for (int f = 0; f < Fmas; ++f) {
-                if constexpr (QueryLoads) std::memcpy(&w, q + (f * 8 + j) * 16, sizeof w);
+                if constexpr (QueryLoads)  // head h's query rows: [8 heads][4 rows][128]
+                  std::memcpy(&w, q + ((h * 4 + f) * 8 + j) * 16, sizeof w);
                 acc[j] = x * w + acc[j];
               }
             }
+      }
+  }
   floats16 s = acc[0];
   for (int j = 1; j < 8; ++j) s += acc[j];
   return s[0] + s[15];
@@ -284,7 +290,7 @@ void read_order(benchmark::State& state) {
   const Index keys = state.range(0), rows = state.range(1), fmas = state.range(2);
   const bool query_loads = state.range(3) != 0;
   const cache<float> c(keys, 8, 128);
-  const std::vector<float> q(4 * 8 * 16, 0.5f);
+  const std::vector<float> q(8 * 4 * 128, 0.5f);  // 4 query rows of 8 heads: 16 KiB, in L1
   const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data),
                                     reinterpret_cast<const char*>(c.v.data), c.bytes(), 1);
   const auto pass = [&] {
