@@ -27,6 +27,8 @@
 // as transparent huge pages, as posenc::kv_cache keeps them (counter `huge_pages`), and
 // POSENC_DECODE_LAYOUT=head stores K and V head by head ([1, kv_heads, keys, d], counter
 // `head_major`; compare_ggml's default layout) instead of token by token.
+// POSENC_DECODE_POOL=1 runs the decode rows on a posenc::thread_pool started once per row
+// (flash_options::pool, counter `pool`) instead of threads started by each call.
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -38,8 +40,10 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <posenc/attention/flash.hpp>
 #include <posenc/core/allocator.hpp>
+#include <posenc/core/thread_pool.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -76,6 +80,9 @@ bool huge_pages() { return env_is("POSENC_DECODE_PAGES", "huge"); }
 // POSENC_DECODE_LAYOUT=head: K and V stored head by head (each head's keys contiguous, the
 // layout of compare_ggml's default rows) instead of token by token.
 bool head_major() { return env_is("POSENC_DECODE_LAYOUT", "head"); }
+
+// POSENC_DECODE_POOL=1: decode calls on a thread_pool instead of threads started per call.
+bool use_pool() { return env_is("POSENC_DECODE_POOL", "1"); }
 
 // n values of S on the pages huge_pages() picks.
 template <class S>
@@ -329,13 +336,20 @@ void decode(benchmark::State& state) {
   const auto ov = posenc::view_bshd(out.data(), 1, queries, heads, d);
   const double roof = roofline_gbps(reinterpret_cast<const char*>(c.k.data),
                                     reinterpret_cast<const char*>(c.v.data), c.bytes(), threads);
+  posenc::flash_options options{threads};
+  std::unique_ptr<posenc::thread_pool> pool;
+  if (use_pool() && threads > 1) {
+    pool = std::make_unique<posenc::thread_pool>(threads);
+    options.pool = pool.get();
+  }
   time_against_roofline(state, 2.0 * static_cast<double>(c.bytes()), roof, [&] {
     posenc::flash_multi_head_attention(qv, kv, vv, ov, config, posenc::no_position_policy{},
-                                       posenc::flash_options{threads});
+                                       options);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   });
   state.counters["head_major"] = head_major() ? 1 : 0;
+  state.counters["pool"] = pool ? 1 : 0;
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/policy.hpp"
 #include "core/random.hpp"
+#include "core/thread_pool.hpp"
 #include "core/types.hpp"
 #include "core/view.hpp"
 #include "version.hpp"

@@ -29,9 +29,10 @@
 ///
 ///     M = max_c m_c      l = Σ_c l_c·exp(m_c − M)      O = Σ_c O_c·exp(m_c − M) / l
 ///
-/// Threads (`flash_options::threads`, std::thread) take units from a shared counter; every
-/// unit is computed the same way whichever thread runs it and merges happen in a fixed
-/// order, so the output is bitwise identical for any thread count. The policy's head
+/// Threads (`flash_options::threads`: started per call, or a thread_pool's) take units from
+/// a shared counter; every unit is computed the same way whichever thread runs it and
+/// merges happen in a fixed order, so the output is bitwise identical for any thread count
+/// and with or without a pool. The policy's head
 /// objects are made once per (batch, head) and their const hooks (transform_query,
 /// transform_keys, bias) are then called from several threads at once: a user policy
 /// must keep them free of shared mutable state.
@@ -74,6 +75,7 @@
 #include "../core/backend.hpp"
 #include "../core/error.hpp"
 #include "../core/policy.hpp"
+#include "../core/thread_pool.hpp"
 #include "../core/types.hpp"
 #include "../core/view.hpp"
 #include "../math/softmax.hpp"
@@ -89,6 +91,10 @@ struct flash_options {
   /// A call starts no more threads than it has units of work (and allocates one workspace
   /// per started thread), so a large value costs nothing on a small problem.
   Index threads = 1;
+  /// Threads started once and reused (core/thread_pool.hpp), or none: each call starts its
+  /// own. With a pool a call runs on at most `threads` of the pool's threads (0: all of
+  /// them); the pool is not owned and must outlive the calls that name it.
+  thread_pool* pool = nullptr;
   /// The largest accepted `threads`: more is a posenc::error, not thousands of threads.
   static constexpr Index max_threads = 1024;
 };
@@ -101,13 +107,22 @@ namespace flash {
 
 using namespace ::posenc::kernels::flash;  // the tile kernels this driver runs
 
-/// Runs f(unit, worker) for unit in [0, units) on up to `threads` threads (the caller is
-/// worker 0). Units are taken in increasing order from a shared counter. If the system
-/// refuses a thread, the ones already started and the caller share the units: the same
-/// work and the same result, on fewer threads (never std::terminate on a joinable thread).
+/// The threads a call's passes run on: at most `threads`, the pool's where it has one.
+struct thread_team {
+  Index threads = 1;
+  thread_pool* pool = nullptr;
+  /// The same pool, at most n threads.
+  thread_team at_most(Index n) const noexcept { return {std::min(threads, n), pool}; }
+};
+
+/// Runs f(unit, worker) for unit in [0, units) on up to `team.threads` threads (the caller
+/// is worker 0): the pool's, or started here when there is none or it is busy with another
+/// call. Units are taken in increasing order from a shared counter. If the system refuses
+/// a thread, the ones already started and the caller share the units: the same work and
+/// the same result, on fewer threads (never std::terminate on a joinable thread).
 template <class F>
-void parallel_for(Index units, Index threads, F&& f) {
-  const Index workers = std::max<Index>(1, std::min(threads, units));
+void parallel_for(Index units, const thread_team& team, F&& f) {
+  const Index workers = std::max<Index>(1, std::min(team.threads, units));
   std::atomic<Index> next{0};
   auto work = [&](Index worker) {
     for (Index u = next.fetch_add(1); u < units; u = next.fetch_add(1)) f(u, worker);
@@ -116,6 +131,7 @@ void parallel_for(Index units, Index threads, F&& f) {
     work(0);
     return;
   }
+  if (team.pool && team.pool->try_run(workers, work)) return;
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(workers - 1));
   for (Index w = 1; w < workers; ++w) {
@@ -189,7 +205,7 @@ struct plan {
 template <class Backend, class Real, class Policy, class TK, class TV>
 plan<Policy, Real, TK, TV> make_plan(const strided_view<TK, 4>& k, const strided_view<TV, 4>& v,
                                      const attention_shape& s, const attention_config& config,
-                                     const Policy& policy, Index threads) {
+                                     const Policy& policy, const thread_team& team) {
   using T = tiles<Real>;
   plan<Policy, Real, TK, TV> p;
   p.ci.shape = s;
@@ -241,7 +257,7 @@ plan<Policy, Real, TK, TV> make_plan(const strided_view<TK, 4>& k, const strided
   // its group's first query head
   const Index copies = !transformed ? 0 : per_query_head ? bh : s.batch * s.kv_heads;
   p.k_copy.resize(static_cast<std::size_t>(copies));
-  parallel_for(copies, threads, [&](Index c, Index) {
+  parallel_for(copies, team, [&](Index c, Index) {
     const Index u = per_query_head ? c : c / s.kv_heads * s.heads + c % s.kv_heads * group;
     const auto ks = slice_bh(k, u / s.heads, (u % s.heads) / group);
     dmatrix kd(ks.extent(0), ks.extent(1));
@@ -342,17 +358,17 @@ void note_overflows(const workspace<Real>& w, Index unit, Index r0, Index nb,
 template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO, class TL>
 std::vector<row_id> prefill(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
                             const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse,
-                            Index threads) {
+                            const thread_team& team) {
   using T = tiles<Real>;
   const attention_shape& s = p.shape();
   const Index bh = s.batch * s.heads;
   const Index blocks = (s.len_q + T::block_q - 1) / T::block_q;
   // one workspace per thread that has a unit to run (parallel_for starts no more)
-  const Index workers = std::max<Index>(1, std::min(threads, blocks * bh));
+  const Index workers = std::max<Index>(1, std::min(team.threads, blocks * bh));
   std::vector<workspace<Real>> ws = make_workspaces(p, workers);
   std::vector<std::vector<row_id>> redo(static_cast<std::size_t>(workers));
   const Backend tag{};
-  parallel_for(blocks * bh, threads, [&](Index u, Index worker) {
+  parallel_for(blocks * bh, team, [&](Index u, Index worker) {
     const Index blk = blocks - 1 - u / bh;
     const auto& hc = p.head(u % bh);
     workspace<Real>& w = ws[static_cast<std::size_t>(worker)];
@@ -389,13 +405,13 @@ std::vector<row_id> prefill(const plan<Policy, Real, TK, TV>& p, const strided_v
 template <class Backend, class Policy, class Real, class TK, class TV, class TQ, class TO, class TL>
 std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_view<TQ, 4>& q,
                            const strided_view<TO, 4>& out, const strided_view<TL, 3>* lse,
-                           Index threads) {
+                           const thread_team& team) {
   using T = tiles<Real>;
   const attention_shape& s = p.shape();
   const Index bh = s.batch * s.heads;
   const Index chunks = p.chunks, nb = s.len_q;
   // one workspace set per thread that has a unit in either pass (parallel_for starts no more)
-  const Index workers = std::max<Index>(1, std::min(threads, std::max(s.batch * chunks, bh)));
+  const Index workers = std::max<Index>(1, std::min(team.threads, std::max(s.batch * chunks, bh)));
   struct partial {
     std::vector<Real> m;
     std::vector<double> l;
@@ -421,7 +437,7 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
   // accumulate_heads' row pointers, per worker
   std::vector<head_rows<Real>> rows(static_cast<std::size_t>(workers),
                                     head_rows<Real>(s.heads * nb));
-  parallel_for(s.batch * chunks, threads, [&](Index u, Index worker) {
+  parallel_for(s.batch * chunks, team, [&](Index u, Index worker) {
     const Index b = u / chunks, k0 = (u % chunks) * T::decode_chunk;
     const head_context<Policy, Real>* hb = &p.head(b * s.heads);
     auto& wh = hws[static_cast<std::size_t>(worker)];
@@ -460,8 +476,9 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
   // thread merges them in about the time a second thread takes to start and join (35 us
   // on Zen 4), so a call starts threads once, not twice. The states are merged the same
   // way on any thread.
-  const Index merge_threads = bh * chunks * nb * s.dim_v < (Index(1) << 17) ? Index(1) : threads;
-  parallel_for(bh, merge_threads, [&](Index u, Index worker) {
+  const thread_team merge_team =
+      bh * chunks * nb * s.dim_v < (Index(1) << 17) ? team.at_most(1) : team;
+  parallel_for(bh, merge_team, [&](Index u, Index worker) {
     const auto& hc = p.head(u);
     workspace<Real>& w = ws[static_cast<std::size_t>(worker)];
     w.o.topRows(nb).setZero();
@@ -503,15 +520,15 @@ template <class Policy, class TQ, class TK, class TV, class TO, class TL>
 void recompute_in_double(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
                          const strided_view<TV, 4>& v, const strided_view<TO, 4>& out,
                          const attention_shape& s, const attention_config& config,
-                         const Policy& policy, Index threads, const strided_view<TL, 3>* lse,
-                         const std::vector<row_id>& redo) {
-  const auto p = make_plan<backend::scalar, double>(k, v, s, config, policy, threads);
+                         const Policy& policy, const thread_team& team,
+                         const strided_view<TL, 3>* lse, const std::vector<row_id>& redo) {
+  const auto p = make_plan<backend::scalar, double>(k, v, s, config, policy, team);
   const Index rows = static_cast<Index>(redo.size());
   // full-size workspaces: the key tiles converted to double (kv_block::tile) live in them
   std::vector<workspace<double>> ws =
-      make_workspaces(p, std::max<Index>(1, std::min(threads, rows)));
+      make_workspaces(p, std::max<Index>(1, std::min(team.threads, rows)));
   const backend::scalar tag{};
-  parallel_for(rows, threads, [&](Index n, Index worker) {
+  parallel_for(rows, team, [&](Index n, Index worker) {
     const row_id& id = redo[static_cast<std::size_t>(n)];
     const auto& hc = p.head(id.head_unit);
     workspace<double>& w = ws[static_cast<std::size_t>(worker)];
@@ -527,18 +544,20 @@ void recompute_in_double(const strided_view<TQ, 4>& q, const strided_view<TK, 4>
 template <class Backend, class Policy, class TQ, class TK, class TV, class TO, class TL = float>
 void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strided_view<TV, 4>& v,
          const strided_view<TO, 4>& out, const attention_shape& s, const attention_config& config,
-         const Policy& policy, Index threads, const strided_view<TL, 3>* lse = nullptr) {
+         const Policy& policy, thread_team team, const strided_view<TL, 3>* lse = nullptr) {
   using Real = real_t<std::remove_cv_t<TQ>>;
   if (s.batch == 0 || s.len_q == 0) return;
   if (s.dim_v == 0 && lse == nullptr) return;
-  if (threads == 0) threads = std::max<Index>(1, std::thread::hardware_concurrency());
+  if (team.threads == 0)  // every thread of the pool, or one per hardware thread
+    team.threads =
+        team.pool ? team.pool->size() : std::max<Index>(1, std::thread::hardware_concurrency());
   std::vector<row_id> redo;
   {
-    const auto p = make_plan<Backend, Real>(k, v, s, config, policy, threads);
-    redo = p.decode ? decode<Backend>(p, q, out, lse, threads)
-                    : prefill<Backend>(p, q, out, lse, threads);
+    const auto p = make_plan<Backend, Real>(k, v, s, config, policy, team);
+    redo =
+        p.decode ? decode<Backend>(p, q, out, lse, team) : prefill<Backend>(p, q, out, lse, team);
   }
-  if (!redo.empty()) recompute_in_double(q, k, v, out, s, config, policy, threads, lse, redo);
+  if (!redo.empty()) recompute_in_double(q, k, v, out, s, config, policy, team, lse, redo);
 }
 
 /// The public calls' validation (the same messages with or without lse), then run().
@@ -568,7 +587,7 @@ void checked_run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k,
     check_no_overlap(where, "lse", *lse, "v", v);
     check_no_overlap(where, "lse", *lse, "out", out);
   }
-  run<Backend>(q, k, v, out, s, config, policy, options.threads, lse);
+  run<Backend>(q, k, v, out, s, config, policy, thread_team{options.threads, options.pool}, lse);
 }
 
 }  // namespace flash
@@ -586,7 +605,7 @@ inline constexpr bool flash_supports_v = detail::flash::flash_takes<Policy>();
 /// \param policy position scheme: no_position_policy, alibi_policy, t5_bias_policy,
 ///        rotary_policy, absolute_policy, shaw_policy, or any policy whose terms the
 ///        tiles can take (core/policy.hpp)
-/// \param options threads (results do not depend on it)
+/// \param options threads, and a thread_pool to run them on (results do not depend on it)
 /// \throws posenc::error on mismatched shapes, an output that shares memory with an
 ///         input, bad scale, mask, policy or thread count
 template <class Backend = default_backend, class TQ, class TK, class TV, class TO,

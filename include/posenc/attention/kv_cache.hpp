@@ -53,7 +53,8 @@ enum class kv_cache_kernel {
 /// How a kv_cache attends.
 struct kv_cache_options {
   kv_cache_kernel kernel = kv_cache_kernel::flash;
-  /// Threads of the tiled kernel (the output does not depend on them).
+  /// Threads of the tiled kernel, and the thread_pool they run on (flash.pool; not owned:
+  /// it must outlive the calls). The output does not depend on them.
   flash_options flash{};
 };
 
