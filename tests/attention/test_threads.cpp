@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <posenc/attention/flash.hpp>
 #include <posenc/attention/kv_cache.hpp>
@@ -178,7 +179,8 @@ TEST_CASE("prefill and decode on a thread_pool equal one thread, bit for bit", "
   cfg.q_offset = 10;
   const rmat<float> one_prefill = prefill.flash(cfg, alibi, 1);
   for (Index size : {1, 2, 3, 4}) {
-    posenc::thread_pool pool(size);
+    // size 3: threads that sleep as soon as they are idle (no spinning)
+    posenc::thread_pool pool(size, std::chrono::microseconds(size == 3 ? 0 : 100));
     INFO("pool of " << size << " (" << pool.size() << " started)");
     CHECK(pool.size() >= 1);
     CHECK(pool.size() <= size);
@@ -237,6 +239,7 @@ TEST_CASE("thread_pool: sizes, a busy pool, a job that throws", "[threads][pool]
   using posenc::thread_pool;
   POSENC_REQUIRE_ERROR(thread_pool(-1), "thread_pool: threads = -1");
   POSENC_REQUIRE_ERROR(thread_pool(1025), "thread_pool: threads = 1025");
+  POSENC_REQUIRE_ERROR(thread_pool(2, std::chrono::microseconds(-1)), "thread_pool: spin = -1");
   CHECK(thread_pool(0).size() >= 1);  // the hardware's threads
 
   thread_pool pool(3);

@@ -7,12 +7,14 @@
 ///     options.threads = 2;                 // 0: every thread of the pool
 ///     options.pool = &pool;                // each call wakes the pool's thread
 ///
-/// Why: without a pool, each threaded call starts its threads and joins them (a start and
-/// join cost 33-38 us on the Zen 4 host of docs/benchmarks.md), and a decode step runs one
-/// such call per layer: at a few thousand cached keys the start-up is several percent of
-/// the call. A pool's threads wait between calls, first spinning briefly (a layer's next
-/// call usually follows within microseconds), then asleep on a condition variable, so an
-/// idle pool costs no CPU.
+/// Why: without a pool, each threaded call starts its threads and joins them (19-38 us on
+/// the Zen 4 host of docs/benchmarks.md, more as the new thread starts on a cold core), and
+/// a decode step runs one such call per layer: two-thread decode over 1280-2048 cached keys
+/// ran 1.08-1.90x faster on a pool there. A pool's threads wait between calls, first
+/// spinning (100 us by default: a layer's next call often follows within microseconds,
+/// and waking a sleeping thread took 67-211 us on that host), then asleep on a condition
+/// variable, so an idle pool costs no CPU. A program that keeps its other threads busy
+/// between calls can ask for less spinning.
 ///
 /// One run at a time: while a pool runs a call, another call that names it (from another
 /// thread, or from inside the job) runs without it, on threads of its own, as if no pool
@@ -20,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -39,12 +42,18 @@ class thread_pool {
   static constexpr Index max_threads = 1024;
 
   /// A pool of `threads` in all, the thread that runs each call counted as one, so
-  /// `threads - 1` are started here (0: std::thread::hardware_concurrency()). If the system
-  /// refuses a thread, the pool keeps the ones it started (size() says how many).
-  /// \throws posenc::error if threads is negative or above max_threads
-  explicit thread_pool(Index threads = 0) {
+  /// `threads - 1` are started here (0: std::thread::hardware_concurrency()). Between
+  /// calls its threads spin for `spin`, then sleep (the caller of a call waits for the
+  /// others the same way). If the system refuses a thread, the pool keeps the ones it
+  /// started (size() says how many).
+  /// \throws posenc::error if threads is negative or above max_threads, or spin negative
+  explicit thread_pool(Index threads = 0,
+                       std::chrono::microseconds spin = std::chrono::microseconds(100))
+      : spin_(spin) {
     detail::require(threads >= 0 && threads <= max_threads, "thread_pool", "threads", threads,
                     "must be in [0, 1024] (0 = hardware concurrency)");
+    detail::require(spin.count() >= 0, "thread_pool", "spin", spin.count(),
+                    "must be >= 0 microseconds");
     if (threads == 0)
       threads = std::clamp<Index>(static_cast<Index>(std::thread::hardware_concurrency()), 1,
                                   max_threads);
@@ -106,11 +115,6 @@ class thread_pool {
   }
 
  private:
-  // Spin iterations (each a pause instruction: tens of cycles) before a thread sleeps:
-  // calls that follow each other within tens of microseconds, a decode step's layers, find
-  // the threads awake.
-  static constexpr int spins = 4096;
-
   static void pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -119,9 +123,22 @@ class thread_pool {
 #endif
   }
 
+  /// Spins until done() or spin_ has passed; whether done().
+  template <class Done>
+  bool spin_until(const Done& done) const noexcept {
+    if (spin_.count() == 0) return done();
+    const auto end = std::chrono::steady_clock::now() + spin_;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {  // the clock read every 64 pauses (a few microseconds)
+        if (done()) return true;
+        pause();
+      }
+      if (std::chrono::steady_clock::now() >= end) return done();
+    }
+  }
+
   void wait_for_workers() {
-    for (int i = 0; i < spins && pending_.load(std::memory_order_acquire) != 0; ++i) pause();
-    if (pending_.load(std::memory_order_acquire) == 0) return;
+    if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
     std::unique_lock<std::mutex> lock(state_);
     done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
   }
@@ -129,8 +146,7 @@ class thread_pool {
   void wait_and_work(Index w) {
     std::uint64_t seen = 0;
     for (;;) {
-      for (int i = 0; i < spins && generation_.load(std::memory_order_acquire) == seen; ++i)
-        pause();
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
       void* job = nullptr;
       void (*call)(void*, Index) = nullptr;
       {
@@ -150,7 +166,8 @@ class thread_pool {
     }
   }
 
-  std::mutex run_;    // held by the thread whose call the pool runs
+  const std::chrono::microseconds spin_;  // how long a waiting thread spins before it sleeps
+  std::mutex run_;                        // held by the thread whose call the pool runs
   std::mutex state_;  // the call's fields below, and the condition variables' waits
   std::condition_variable wake_, done_;
   std::atomic<std::uint64_t> generation_{0};  // one more for each call and for the stop
