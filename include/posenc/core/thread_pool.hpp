@@ -25,7 +25,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <exception>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -62,7 +61,10 @@ class thread_pool {
       try {
         workers_.emplace_back([this, w] { wait_and_work(w); });
       } catch (const std::system_error&) {
-        break;
+        break;  // the threads started so far make the pool
+      } catch (...) {
+        stop();  // joinable threads must not outlive a constructor that throws
+        throw;
       }
     }
   }
@@ -73,13 +75,7 @@ class thread_pool {
   /// Joins the threads (after any run in progress has returned).
   ~thread_pool() {
     const std::lock_guard<std::mutex> running(run_);
-    {
-      const std::lock_guard<std::mutex> lock(state_);
-      stop_ = true;
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    wake_.notify_all();
-    for (std::thread& t : workers_) t.join();
+    stop();
   }
 
   /// Threads a call can run on: the started ones and the calling thread.
@@ -115,6 +111,16 @@ class thread_pool {
   }
 
  private:
+  void stop() noexcept {
+    {
+      const std::lock_guard<std::mutex> lock(state_);
+      stop_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
   static void pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
