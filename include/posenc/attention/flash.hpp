@@ -87,7 +87,8 @@ namespace posenc {
 
 /// How the tiled kernel runs a call (they never change the result).
 struct flash_options {
-  /// Worker threads: 1 runs on the calling thread; 0 uses std::thread::hardware_concurrency().
+  /// Worker threads: 1 runs on the calling thread; 0 uses std::thread::hardware_concurrency()
+  /// (at most max_threads).
   /// A call starts no more threads than it has units of work (and allocates one workspace
   /// per started thread), so a large value costs nothing on a small problem.
   Index threads = 1;
@@ -96,7 +97,7 @@ struct flash_options {
   /// them); the pool is not owned and must outlive the calls that name it.
   thread_pool* pool = nullptr;
   /// The largest accepted `threads`: more is a posenc::error, not thousands of threads.
-  static constexpr Index max_threads = 1024;
+  static constexpr Index max_threads = thread_pool::max_threads;
 };
 
 /// The former name of flash_options.
@@ -550,7 +551,7 @@ void run(const strided_view<TQ, 4>& q, const strided_view<TK, 4>& k, const strid
   if (s.dim_v == 0 && lse == nullptr) return;
   if (team.threads == 0)  // every thread of the pool, or one per hardware thread
     team.threads =
-        team.pool ? team.pool->size() : std::max<Index>(1, std::thread::hardware_concurrency());
+        team.pool ? team.pool->size() : detail::hardware_threads(flash_options::max_threads);
   std::vector<row_id> redo;
   {
     const auto p = make_plan<Backend, Real>(k, v, s, config, policy, team);

@@ -35,6 +35,14 @@
 
 namespace posenc {
 
+namespace detail {
+/// std::thread::hardware_concurrency(), at least 1 (it may report 0) and at most `most`:
+/// what a thread count of 0 means.
+inline Index hardware_threads(Index most) noexcept {
+  return std::clamp<Index>(static_cast<Index>(std::thread::hardware_concurrency()), 1, most);
+}
+}  // namespace detail
+
 class thread_pool {
  public:
   /// The most threads a pool takes (as flash_options::max_threads).
@@ -53,9 +61,7 @@ class thread_pool {
                     "must be in [0, 1024] (0 = hardware concurrency)");
     detail::require(spin.count() >= 0, "thread_pool", "spin", spin.count(),
                     "must be >= 0 microseconds");
-    if (threads == 0)
-      threads = std::clamp<Index>(static_cast<Index>(std::thread::hardware_concurrency()), 1,
-                                  max_threads);
+    if (threads == 0) threads = detail::hardware_threads(max_threads);
     workers_.reserve(static_cast<std::size_t>(threads - 1));
     for (Index w = 1; w < threads; ++w) {
       try {
