@@ -463,7 +463,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // head's keys a stream of their own, [B, L, H, d] ones key by key across the heads: the
   // same arithmetic per head in either order. MHA and GQA, 1 and 3 queries, float and
   // half storage (rows widened in registers), a policy that transforms keys (read from
-  // its per-head copy: the values' layout decides), and a batch with shorter keys.
+  // its per-head copy: the values' layout decides), and a batch with shorter keys. One
+  // query of a GQA group of four with rows of 8 packets or more (d 128, and 136 with a
+  // partial packet) takes the many-row kernels on AVX-512 head-major, the row-at-a-time
+  // ones token-major: the same bits.
   const auto head_major = [](const auto& m, const sizes& z, Index heads, Index dim) {
     using M = std::decay_t<decltype(m)>;
     M h(m.rows(), m.cols());  // the same values, row (b, g, j) = token j of head g
@@ -494,7 +497,8 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
           (single ? 2e-6 : 1e-3));
   };
   for (const sizes& z : {sizes{1, 8, 8, 1, 2100, 128, 128}, sizes{2, 8, 2, 3, 1500, 72, 40},
-                         sizes{1, 4, 1, 1, 1030, 64, 64}}) {
+                         sizes{1, 4, 1, 1, 1030, 64, 64}, sizes{1, 8, 2, 1, 1100, 128, 128},
+                         sizes{2, 8, 2, 1, 1100, 136, 136}}) {
     INFO("heads " << z.heads << "/" << z.kv_heads << ", Lq " << z.len_q << ", d " << z.dim);
     const problem<float> p(z, 71);
     check(p, posenc::no_position_policy{});

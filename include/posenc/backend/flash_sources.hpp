@@ -95,18 +95,27 @@ struct kv_row_source {
     const kv_block<Real>& b0 = heads->*blk;  // every head's block is alike (one call's layout)
     widen_in_registers = packet_storage && !b0.data && source(b0).inner_contiguous();
     if (!b0.data && !widen_in_registers) buf.resize(static_cast<std::size_t>(n));
+    // rows read where they are stored, one after another (each head's keys a stream of
+    // their own: head-major K/V)
+    four_rows_ok = b0.data ? b0.ld == n : widen_in_registers && source(b0).stride(0) == n;
   }
 
   /// Whether dot_block and axpy_block take the many-row kernels (simd::dot_block_many,
-  /// axpy_rows_many) for m rows sharing a block: from 8 rows (several queries of a GQA
-  /// group), rows of 8 packets or more, on 16-lane packets with 32 registers (AVX-512).
-  /// Elsewhere the row-at-a-time kernels ran faster with K and V from memory on Zen 4: one
-  /// query's group of four 1.1-1.2x, d = 64 1.3x, and the AVX2 build at every size
-  /// (docs/benchmarks.md).
+  /// axpy_rows_many) for m rows sharing a block, on 16-lane packets with 32 registers
+  /// (AVX-512) and rows of 8 packets or more: from 8 rows (several queries of a GQA group),
+  /// and from 4 (one query's group of four) where the rows lie one after another
+  /// (head-major K/V, float or 16-bit). There the row-at-a-time kernels reread each block
+  /// of rows from L1 once per query row (and widen 16-bit rows each time), where the
+  /// many-row kernels read each packet once: one query's GQA decode from memory ran
+  /// 1.25-1.57x faster, float and 16-bit, on Zen 4. With a token's heads side by side
+  /// (token-major) the two were within the noise from memory (0.90-1.17x over page sizes
+  /// and storage types), so those keep the row-at-a-time kernels, as do d = 64 and the
+  /// AVX2 build, where they ran faster (docs/benchmarks.md).
   bool many_rows(int m) const noexcept {
     if constexpr (packet_rows) {
       using P = simd::packet<Real, Backend>;
-      if constexpr (P::registers >= 32 && P::size >= 16) return m >= 8 && n >= 8 * P::size;
+      if constexpr (P::registers >= 32 && P::size >= 16)
+        return n >= 8 * P::size && (m >= 8 || (m >= 4 && four_rows_ok));
     }
     static_cast<void>(m);
     return false;
@@ -218,6 +227,7 @@ struct kv_row_source {
   block_member block;
   Index n;
   bool widen_in_registers = false;
+  bool four_rows_ok = false;  // many_rows from 4 rows: rows back to back (head-major)
   std::vector<Real> buf;  // one converted row
   const void* last_source = nullptr;
   Index last_j = -1;
