@@ -12,7 +12,12 @@
 //       posenc::flash_multi_head_attention, causal, the queries the last `queries`
 //       positions of the cache; GB/s of the unique K + V bytes, and `vs_roofline`: that
 //       rate over the roofline of the same bytes and thread count (measured when the row
-//       starts, best of five passes).
+//       starts, best of five passes); beside it `fma_ceiling_GB/s`, the rate at which the
+//       row's fused multiply-adds alone would run at this CPU's measured FMA peak (every
+//       query row's dot with every key and its value update: 2 · queries · heads · keys · d
+//       float FMAs per call, whatever the storage type), and `vs_ceiling`: the rate over the
+//       lower of the two ceilings (the roofline, or the FMAs where they take longer than
+//       the read: several queries, or a GQA group of 16-bit rows).
 //
 // S: float, Eigen::half, Eigen::bfloat16 (float32 maths). Layout [1, keys, heads, d] for
 // q, k, v and out (view_bshd, a KV cache as inference engines keep it). Wall-clock time,
@@ -35,6 +40,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <posenc/attention/flash.hpp>
+#include <posenc/backend/simd/packets.hpp>
 #include <posenc/core/allocator.hpp>
 #include <posenc/core/thread_pool.hpp>
 #include <string>
@@ -192,6 +199,61 @@ double roofline_gbps(const char* k, const char* v, Index bytes, Index threads) {
   double t = 1e30;
   for (int r = 0; r < 5; ++r) t = std::min(t, roofline_pass(k, v, bytes, threads, plan));
   return 2.0 * static_cast<double>(bytes) / t * 1e-9;
+}
+
+// Independent FMA chains in fma_chains: enough to cover an FMA's latency on two pipes.
+constexpr int chains = 12;
+
+// `steps` rounds of `chains` FMAs on registers, packets of Tag's architecture (plain float
+// FMAs where it has none); returns a sum of them, and the lanes of an FMA.
+template <class Tag>
+float fma_chains(Index steps, int& lanes) {
+  if constexpr (posenc::simd::has_packet_arch_v<Tag>) {
+    using P = posenc::simd::packet<float, posenc::simd::packet_arch_t<Tag>>;
+    lanes = P::size;
+    P acc[chains];
+    for (int c = 0; c < chains; ++c) acc[c] = P::broadcast(static_cast<float>(c) * 1e-3f);
+    const P m = P::broadcast(0.999999f), a = P::broadcast(1e-7f);
+    for (Index s = 0; s < steps; ++s)
+      for (int c = 0; c < chains; ++c) acc[c] = fmadd(acc[c], m, a);
+    P sum = acc[0];
+    for (int c = 1; c < chains; ++c) sum = sum + acc[c];
+    return reduce_add(sum);
+  } else {
+    lanes = 1;
+    float acc[chains];
+    for (int c = 0; c < chains; ++c) acc[c] = static_cast<float>(c) * 1e-3f;
+    for (Index s = 0; s < steps; ++s)
+      for (int c = 0; c < chains; ++c) acc[c] = std::fma(acc[c], 0.999999f, 1e-7f);
+    return acc[0] + acc[chains - 1];
+  }
+}
+
+// The most float fused multiply-adds per second (lanes, all threads together) `threads`
+// threads do at once, each running fma_chains of this build's default backend
+// (bench_roofline's fma_peak); best of five passes, measured once per thread count.
+double fma_peak(Index threads) {
+  static std::map<Index, double> peak;
+  auto it = peak.find(threads);
+  if (it != peak.end()) return it->second;
+  constexpr Index steps = Index(1) << 18;
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  std::vector<int> lanes(static_cast<std::size_t>(threads));
+  auto work = [&](Index t) {
+    const auto i = static_cast<std::size_t>(t);
+    sink[i] = fma_chains<posenc::default_backend>(steps, lanes[i]);
+  };
+  double t = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (Index i = 1; i < threads; ++i) pool.emplace_back(work, i);
+    work(0);
+    for (auto& th : pool) th.join();
+    t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  benchmark::DoNotOptimize(sink.data());
+  return peak[threads] = static_cast<double>(threads * steps * chains * lanes[0]) / t;
 }
 
 template <class S>
@@ -348,6 +410,13 @@ void decode(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   });
+  // the FMA ceiling: the call's float FMAs at this CPU's peak (see the file comment)
+  const double fmas = 2.0 * static_cast<double>(queries * heads * keys * d);
+  const double ceiling = 2.0 * static_cast<double>(c.bytes()) * fma_peak(threads) / fmas * 1e-9;
+  state.counters["fma_ceiling_GB/s"] = ceiling;
+  if (state.counters.count("vs_roofline"))
+    state.counters["vs_ceiling"] =
+        state.counters["vs_roofline"].value * roof / std::min(roof, ceiling);
   state.counters["head_major"] = head_major() ? 1 : 0;
   state.counters["pool"] = pool ? 1 : 0;
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
