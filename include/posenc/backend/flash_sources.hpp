@@ -228,7 +228,7 @@ struct kv_row_source {
   Index n;
   bool widen_in_registers = false;
   bool four_rows_ok = false;  // many_rows from 4 rows: rows back to back (head-major)
-  std::vector<Real> buf;  // one converted row
+  std::vector<Real> buf;      // one converted row
   const void* last_source = nullptr;
   Index last_j = -1;
 
