@@ -107,7 +107,7 @@ struct kv_row_source {
   /// (head-major K/V, float or 16-bit). There the row-at-a-time kernels reread each block
   /// of rows from L1 once per query row (and widen 16-bit rows each time), where the
   /// many-row kernels read each packet once: one query's GQA decode from memory ran
-  /// 1.25-1.57x faster, float and 16-bit, on Zen 4 (1.02x at 4k keys on two threads).
+  /// 1.1-1.8x faster, float and 16-bit, on Zen 4 (0.94-1.02x at 4k keys on two threads).
   /// With a token's heads side by side (token-major) the two were within the noise from
   /// memory (0.90-1.17x over page sizes and storage types), so those keep the
   /// row-at-a-time kernels, as do d = 64 and the AVX2 build, where they ran faster
