@@ -40,7 +40,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -48,7 +47,6 @@
 #include <map>
 #include <memory>
 #include <posenc/attention/flash.hpp>
-#include <posenc/backend/simd/packets.hpp>
 #include <posenc/core/allocator.hpp>
 #include <posenc/core/thread_pool.hpp>
 #include <string>
@@ -201,37 +199,9 @@ double roofline_gbps(const char* k, const char* v, Index bytes, Index threads) {
   return 2.0 * static_cast<double>(bytes) / t * 1e-9;
 }
 
-// Independent FMA chains in fma_chains: enough to cover an FMA's latency on two pipes.
-constexpr int chains = 12;
-
-// `steps` rounds of `chains` FMAs on registers, packets of Tag's architecture (plain float
-// FMAs where it has none); returns a sum of them, and the lanes of an FMA.
-template <class Tag>
-float fma_chains(Index steps, int& lanes) {
-  if constexpr (posenc::simd::has_packet_arch_v<Tag>) {
-    using P = posenc::simd::packet<float, posenc::simd::packet_arch_t<Tag>>;
-    lanes = P::size;
-    P acc[chains];
-    for (int c = 0; c < chains; ++c) acc[c] = P::broadcast(static_cast<float>(c) * 1e-3f);
-    const P m = P::broadcast(0.999999f), a = P::broadcast(1e-7f);
-    for (Index s = 0; s < steps; ++s)
-      for (int c = 0; c < chains; ++c) acc[c] = fmadd(acc[c], m, a);
-    P sum = acc[0];
-    for (int c = 1; c < chains; ++c) sum = sum + acc[c];
-    return reduce_add(sum);
-  } else {
-    lanes = 1;
-    float acc[chains];
-    for (int c = 0; c < chains; ++c) acc[c] = static_cast<float>(c) * 1e-3f;
-    for (Index s = 0; s < steps; ++s)
-      for (int c = 0; c < chains; ++c) acc[c] = std::fma(acc[c], 0.999999f, 1e-7f);
-    return acc[0] + acc[chains - 1];
-  }
-}
-
 // The most float fused multiply-adds per second (lanes, all threads together) `threads`
-// threads do at once, each running fma_chains of this build's default backend
-// (bench_roofline's fma_peak); best of five passes, measured once per thread count.
+// threads do at once, each running posenc_bench::fma_loop on this build's default backend
+// (as bench_roofline's fma_peak); best of five passes, measured once per thread count.
 double fma_peak(Index threads) {
   static std::map<Index, double> peak;
   auto it = peak.find(threads);
@@ -241,7 +211,7 @@ double fma_peak(Index threads) {
   std::vector<int> lanes(static_cast<std::size_t>(threads));
   auto work = [&](Index t) {
     const auto i = static_cast<std::size_t>(t);
-    sink[i] = fma_chains<posenc::default_backend>(steps, lanes[i]);
+    sink[i] = posenc_bench::fma_loop<posenc::default_backend>(steps, lanes[i]);
   };
   double t = 1e30;
   for (int r = 0; r < 5; ++r) {
@@ -253,7 +223,8 @@ double fma_peak(Index threads) {
     t = std::min(t, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   benchmark::DoNotOptimize(sink.data());
-  return peak[threads] = static_cast<double>(threads * steps * chains * lanes[0]) / t;
+  return peak[threads] =
+             static_cast<double>(threads * steps * posenc_bench::fma_chains * lanes[0]) / t;
 }
 
 template <class S>

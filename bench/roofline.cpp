@@ -8,15 +8,15 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
-#include <cmath>
 #include <cstring>
 #include <posenc/backend/simd/avx2.hpp>
 #include <posenc/backend/simd/avx512.hpp>
 #include <posenc/backend/simd/neon.hpp>
 #include <posenc/core/backend.hpp>
 #include <posenc/core/view.hpp>
-#include <type_traits>
 #include <vector>
+
+#include "bench_util.hpp"
 
 namespace {
 
@@ -69,39 +69,16 @@ void BM_rmw_inplace(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * (e - b) * Index(sizeof(float)));
 }
 
-// FMA peak: 12 independent accumulator chains hide the FMA latency (4 cycles) on two
-// FMA pipes; nothing touches memory inside the loop. Arch names the packet
-// (backend/simd); scalar runs plain float code, whatever the compiler makes of it.
+// FMA peak (posenc_bench::fma_loop). Arch names the packet (backend/simd); scalar runs
+// plain float code.
 template <class Arch>
 void fma_peak(benchmark::State& state) {
-  constexpr int kChains = 12;
   constexpr Index kSteps = 1 << 16;
   int lanes = 1;
-  for (auto _ : state) {
-    if constexpr (std::is_same_v<Arch, posenc::backend::scalar>) {
-      float acc[kChains];
-      for (int c = 0; c < kChains; ++c) acc[c] = static_cast<float>(c) * 1e-3f;
-      for (Index s = 0; s < kSteps; ++s)
-        for (int c = 0; c < kChains; ++c) acc[c] = std::fma(acc[c], 0.999999f, 1e-7f);
-      benchmark::DoNotOptimize(acc);
-    } else {
-      using P = posenc::simd::packet<float, Arch>;
-      lanes = P::size;
-      P acc[kChains];
-      for (int c = 0; c < kChains; ++c) acc[c] = P::broadcast(static_cast<float>(c) * 1e-3f);
-      const P m = P::broadcast(0.999999f), a = P::broadcast(1e-7f);
-      for (Index s = 0; s < kSteps; ++s)
-        for (int c = 0; c < kChains; ++c) acc[c] = fmadd(acc[c], m, a);
-      float out[P::size];
-      P sum = acc[0];
-      for (int c = 1; c < kChains; ++c) sum = sum + acc[c];
-      sum.store(out);
-      benchmark::DoNotOptimize(out);
-    }
-  }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * kSteps * kChains * lanes * 2,
-                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  for (auto _ : state) benchmark::DoNotOptimize(posenc_bench::fma_loop<Arch>(kSteps, lanes));
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kSteps * posenc_bench::fma_chains * lanes * 2,
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(Arch::name());
 }
 
