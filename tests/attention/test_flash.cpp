@@ -466,7 +466,9 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // its per-head copy: the values' layout decides), and a batch with shorter keys. One
   // query of a GQA group of four with rows of 8 packets or more (d 128, and 136 with a
   // partial packet) takes the many-row kernels on AVX-512 head-major, the row-at-a-time
-  // ones token-major: the same bits.
+  // ones token-major: the same bits. MHA head-major holds the query row in registers over
+  // a run of keys where its packets fit (d 64 and 128 on AVX-512, 64 on AVX2; d 72 takes
+  // dot per key): dot's bits, key by key.
   const auto head_major = [](const auto& m, const sizes& z, Index heads, Index dim) {
     using M = std::decay_t<decltype(m)>;
     M h(m.rows(), m.cols());  // the same values, row (b, g, j) = token j of head g
@@ -498,7 +500,8 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   };
   for (const sizes& z : {sizes{1, 8, 8, 1, 2100, 128, 128}, sizes{2, 8, 2, 3, 1500, 72, 40},
                          sizes{1, 4, 1, 1, 1030, 64, 64}, sizes{1, 8, 2, 1, 1100, 128, 128},
-                         sizes{2, 8, 2, 1, 1100, 136, 136}}) {
+                         sizes{2, 8, 2, 1, 1100, 136, 136}, sizes{1, 4, 4, 1, 1030, 64, 64},
+                         sizes{2, 4, 4, 1, 700, 72, 72}}) {
     INFO("heads " << z.heads << "/" << z.kv_heads << ", Lq " << z.len_q << ", d " << z.dim);
     const problem<float> p(z, 71);
     check(p, posenc::no_position_policy{});

@@ -170,6 +170,20 @@ struct kv_row_source {
     else
       return crow(q, n).dot(crow(r, n));
   }
+  /// out[c] = dot(h, j + c, q) for c < keys, the same bits: one query row against a run of
+  /// key rows of head h (MHA decode visiting one head at a time: head-major K), the query
+  /// packets held in registers over the run (simd::dot_rows).
+  void dot_rows(Index h, Index j, int keys, const Real* q, Real* out) noexcept {
+    if constexpr (packet_storage)
+      if (widen_in_registers)
+        return simd::dot_rows<Backend>(q, stored_row(h, j), source(hcs[h].*block).stride(0), keys,
+                                       n, out);
+    if constexpr (packet_rows) {
+      const kv_block<Real>& b = hcs[h].*block;
+      if (b.data) return simd::dot_rows<Backend>(q, b.row(j), b.ld, keys, n, out);
+    }
+    for (int c = 0; c < keys; ++c) out[c] = dot(h, j + c, q);
+  }
   /// o += a · row j of head h.
   void axpy(Index h, Index j, Real a, Real* o) noexcept {
     if constexpr (packet_storage)

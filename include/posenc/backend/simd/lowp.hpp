@@ -13,6 +13,7 @@
 ///
 ///     widen(src, n, dst)              dst[i] = float(src[i])
 ///     dot(a, b, n)                    a · float(b), one row
+///     dot_rows(a, b, ldb, keys, n, out)       one query row · consecutive key rows, dot's bits
 ///     dot_block(a, m, b, ldb, keys, n, out)   query rows · a block of key rows
 ///     dot_block_many(...)             the same bits, tiles of four rows (many rows, AVX-512)
 ///     axpy(alpha, x, n, y)  axpy_rows(...)     y += alpha · float(x), and for a block of rows
@@ -625,6 +626,52 @@ inline void dot_block_many(const float* const* a, int m, const T* b, Index ldb, 
   if constexpr (W % 4 == 0 && W / 4 >= 2)
     i = detail::dot_tiles<Arch, T, 4>(a, m, b, ldb, keys, n, out);
   if (i < m) dot_block<Arch>(a + i, m - i, b, ldb, keys, n, out + i);
+}
+
+namespace detail {
+
+/// dot_rows with a's 4 * G packets (n = 4 * G * W) held in registers over the keys.
+template <class Arch, class T, int G>
+inline void dot_rows_held(const float* a, const T* b, Index ldb, int keys, float* out) noexcept {
+  using IO = storage_io<T, Arch>;
+  using P = packet<float, Arch>;
+  constexpr int W = P::size;
+  constexpr std::size_t held = 4 * G;  // array bounds are unsigned
+  P x[held];
+  unrolled<4 * G>([&](auto i) { x[i] = P::load(a + i * W); });
+  for (int c = 0; c < keys; ++c) {
+    const T* r = b + c * ldb;
+    P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
+    unrolled<G>([&](auto g) {  // dot's four accumulators over its groups of 4 packets
+      a0 = fmadd(x[4 * g], IO::load(r + (4 * g) * W), a0);
+      a1 = fmadd(x[4 * g + 1], IO::load(r + (4 * g + 1) * W), a1);
+      a2 = fmadd(x[4 * g + 2], IO::load(r + (4 * g + 2) * W), a2);
+      a3 = fmadd(x[4 * g + 3], IO::load(r + (4 * g + 3) * W), a3);
+    });
+    out[c] = reduce_add((a0 + a1) + (a2 + a3));
+  }
+}
+
+}  // namespace detail
+
+/// out[c] = dot(a, b + c * ldb, n) for c < keys: one query row against consecutive key
+/// rows (MHA decode over a head-major cache, one head at a time), the bits of `keys`
+/// calls of dot. Where a's packets fit in the register file beside dot's four
+/// accumulators (n = 4, 8 or, with 32 registers, 16 whole packets: d = 64, 128 and 256
+/// on AVX-512, 32 and 64 on AVX2) they are loaded once for all the keys, so each key
+/// packet is one load for one FMA where dot loads a query packet beside it; other widths
+/// take dot per key.
+/// Needs has_widening_ops_v<Arch, T>.
+template <class Arch, class T>
+inline void dot_rows(const float* a, const T* b, Index ldb, int keys, Index n,
+                     float* out) noexcept {
+  using P = packet<float, Arch>;
+  constexpr Index W = P::size;
+  if (n == 4 * W) return detail::dot_rows_held<Arch, T, 1>(a, b, ldb, keys, out);
+  if (n == 8 * W) return detail::dot_rows_held<Arch, T, 2>(a, b, ldb, keys, out);
+  if constexpr (P::registers >= 32)
+    if (n == 16 * W) return detail::dot_rows_held<Arch, T, 4>(a, b, ldb, keys, out);
+  for (int c = 0; c < keys; ++c) out[c] = dot<Arch>(a, b + c * ldb, n);
 }
 
 /// y[i] += alpha * float(x[i]), i < n, one fused multiply-add per value (so, like dot,
