@@ -458,9 +458,9 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     if (key_rows == 1 && count == 1) {
       // one head of one query row (a KV group of one: MHA over head-major K): its key rows
       // lie one after another, and the query row stays in registers over a few of them
-      // (dot_rows, dot's bits), where dot loads it again beside every key packet: 1.1-1.3x
-      // from memory on Zen 4 (runs of 16 with their 128 prefetches issued at once: less at
-      // 4k keys, docs/benchmarks.md)
+      // (dot_rows, dot's bits), where dot loads it again beside every key packet: 1.06-1.43x
+      // with K and V in L3 on Zen 4, within the noise from memory (runs of 16 with their
+      // 128 prefetches issued at once lost at 4k keys: docs/benchmarks-history.md)
       for (Index c0 = 0; c0 < nk; c0 += dot_run) {
         const int n = static_cast<int>(std::min(dot_run, nk - c0));
         for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(0, c);

@@ -658,10 +658,9 @@ inline void dot_rows_held(const float* a, const T* b, Index ldb, int keys, float
 /// rows (MHA decode over a head-major cache, one head at a time), the bits of `keys`
 /// calls of dot. Where a's packets fit in the register file beside dot's four
 /// accumulators (n = 4, 8 or, with 32 registers, 16 whole packets: d = 64, 128 and 256
-/// on AVX-512, 32 and 64 on AVX2) they are loaded once for all the keys, so each key
-/// packet is one load for one FMA where dot loads a query packet beside it; other widths
-/// take dot per key.
-/// Needs has_widening_ops_v<Arch, T>.
+/// on AVX-512, 32 and 64 on AVX2, 16, 32 and 64 on NEON) they are loaded once for all
+/// the keys, so each key packet is one load for one FMA where dot loads a query packet
+/// beside it; other widths take dot per key. Needs has_widening_ops_v<Arch, T>.
 template <class Arch, class T>
 inline void dot_rows(const float* a, const T* b, Index ldb, int keys, Index n,
                      float* out) noexcept {
