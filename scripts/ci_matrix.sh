@@ -76,8 +76,9 @@ tsan_flags="-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
 # GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsics (their unmasked
 # forms start from _mm512_undefined_*()) once Eigen's AVX-512 reductions and transposes are
 # inlined into a test: a known false positive in headers posenc does not own (posenc's packet
-# layer avoids it). Shown, but not an error, in the -march=x86-64-v4 configurations; the
-# README, v3, clang, arm64 and asan builds keep them as errors.
+# layer avoids it). Shown, but not an error, in the -march=x86-64-v4 GCC configurations (v4,
+# bf16; asan4 with ASAN_CXX=g++); the README, v3, clang, arm64, asan and clang's asan4
+# builds keep them as errors.
 avx512_warnings="-Wno-error=uninitialized -Wno-error=maybe-uninitialized"
 only=''  # a configuration may run only the tests matching this (ctest -R)
 # the tests whose programs run SIMD kernels (v3, asan4; v4 where it cannot run)
