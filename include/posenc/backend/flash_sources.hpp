@@ -110,8 +110,8 @@ struct kv_row_source {
   /// 1.1-1.8x faster, float and 16-bit, on Zen 4 (0.94-1.02x at 4k keys on two threads).
   /// With a token's heads side by side (token-major) the two were within the noise from
   /// memory (0.90-1.17x over page sizes and storage types), so those keep the
-  /// row-at-a-time kernels, as do d = 64 and the AVX2 build, where they ran faster
-  /// (docs/benchmarks.md).
+  /// row-at-a-time kernels, as do d = 64 and the AVX2 build's dot products, where they ran
+  /// faster (docs/benchmarks.md; AVX2's value rows: many_output_rows).
   bool many_rows(int m) const noexcept {
     if constexpr (packet_rows) {
       using P = simd::packet<Real, Backend>;
@@ -120,6 +120,21 @@ struct kv_row_source {
     }
     static_cast<void>(m);
     return false;
+  }
+  /// Whether axpy_block takes axpy_rows_many: where dot_block does (many_rows), and with
+  /// 16 registers (AVX2) from 8 rows (several queries of a GQA group) or from 4 of 16-bit
+  /// rows. There axpy_rows keeps four output packets, four chains of dependent FMAs, too
+  /// few for two FMA pipes of latency 4 (Zen 3), and axpy_rows_many eight (four rows x two
+  /// packets): 1.9-2.2x alone in L1 on Zen 3, decode from memory 1.22-1.42x at 4 and 8
+  /// queries and 1.33-1.47x on half / bfloat16 K/V; one query's float group of four ran
+  /// 0.88-1.12x, bound by its reads, and keeps axpy_rows (docs/benchmarks.md).
+  bool many_output_rows(int m) const noexcept {
+    if constexpr (packet_rows) {
+      using P = simd::packet<Real, Backend>;
+      if constexpr (P::registers < 32 && P::size == 8)
+        return n >= 2 * P::size && (m >= 8 || (m >= 4 && widen_in_registers));
+    }
+    return many_rows(m);
   }
   /// Keys one dot_block call takes: a packet's lanes (the packet kernel sums a block's
   /// dots lane-wise at once), 1 without packets.
@@ -204,7 +219,7 @@ struct kv_row_source {
       if (widen_in_registers) {
         const value_type* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = stored_row(h, j + c);
-        if (many_rows(m))
+        if (many_output_rows(m))
           simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
         else
           simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
@@ -216,7 +231,7 @@ struct kv_row_source {
       if (b.data) {
         const Real* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = b.row(j + c);
-        if (many_rows(m))
+        if (many_output_rows(m))
           simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
         else
           simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
