@@ -125,8 +125,8 @@ struct kv_row_source {
   /// 16 registers (AVX2) from 8 rows (several queries of a GQA group) or from 4 of 16-bit
   /// rows. There axpy_rows keeps four output packets, four chains of dependent FMAs, too
   /// few for two FMA pipes of latency 4 (Zen 3), and axpy_rows_many eight (four rows x two
-  /// packets): 1.9-2.2x alone in L1 on Zen 3, decode from memory 1.22-1.42x at 4 and 8
-  /// queries and 1.33-1.47x on half / bfloat16 K/V; one query's float group of four ran
+  /// packets): 1.9-2.2x alone in L1 on Zen 3, decode from memory 1.32-1.64x at 4 and 8
+  /// queries and 1.18-1.48x on half / bfloat16 K/V; one query's float group of four ran
   /// 0.88-1.12x, bound by its reads, and keeps axpy_rows (docs/benchmarks.md).
   bool many_output_rows(int m) const noexcept {
     if constexpr (packet_rows) {
