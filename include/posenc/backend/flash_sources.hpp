@@ -132,7 +132,7 @@ struct kv_row_source {
     if constexpr (packet_rows) {
       using P = simd::packet<Real, Backend>;
       if constexpr (P::registers < 32 && P::size == 8)
-        return n >= 2 * P::size && (m >= 8 || (m >= 4 && widen_in_registers));
+        return m >= 8 || (m >= 4 && widen_in_registers);  // (rows under two packets: axpy_rows)
     }
     return many_rows(m);
   }
