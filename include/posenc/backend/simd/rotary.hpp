@@ -22,11 +22,11 @@
 /// order; the token's cos/sin are reused by every head. The half pairing keeps them in
 /// registers (up to 8 packets); the interleaved pairing expands them once per call (with
 /// packet shuffles) and keeps the expansion in registers when the rotation is 1, 2, 4 or 8
-/// whole packets within half the register file (AVX-512: up to 128 dims), so both
-/// pairings then do the same work per packet plus one in-register pair swap. Otherwise the
-/// expansion stays in L1: in cache four heads are walked side by side, so each cos/sin load
-/// serves four; a call that streams from memory (rope_token::streaming) walks one head at a
-/// time.
+/// whole packets within half the register file (AVX-512: up to 128 dims), and, for float
+/// streaming from memory on AVX2, 8 or 16 (partly spilled), so both pairings then do the same
+/// work per packet plus one in-register pair swap. Otherwise the expansion stays in L1: in
+/// cache four heads are walked side by side, so each cos/sin load serves four; a call that
+/// streams from memory (rope_token::streaming) walks one head at a time.
 ///
 ///     half         chunk i: a = x[i .. i+W), b = x[i+r/2 .. i+r/2+W), c, s = cos/sin[i .. i+W)
 ///                  y_a = fnmadd(b, s, a c),  y_b = fmadd(a, s, b c)
@@ -159,16 +159,19 @@ void rope_expand_interleaved(const C* cos, const C* sin, Index pairs, C sgn, C* 
   }
 }
 
-/// The interleaved pairing of one token whose rotary dims are exactly K packets, K <=
-/// P::registers / 4: the expanded cos/sin (2K packets) stay in registers across heads, so
-/// each packet of a head costs one load, one pair swap, a multiply, an FMA and one store,
-/// the half pairing's work. One head at a time, in dim order (in cache and from memory).
+/// The interleaved pairing of one token whose rotary dims are exactly K packets: the
+/// expanded cos/sin (2K packets) held across heads, so each packet of a head costs one
+/// load, one pair swap, a multiply, an FMA and one store, the half pairing's work. One
+/// head at a time, in dim order (in cache and from memory). With 2K packets above the
+/// register file (rope_interleaved_if_fits) the compiler keeps what it can in registers
+/// and spills the rest to its own stack slots, which no store of a head can alias, so it
+/// need not reload them for every packet as it must reload cb and sb.
 template <int K, class Arch, class T, class C>
 void rope_interleaved(const kernels::rope_token<T, C>& t, const C* cb, const C* sb) noexcept {
   using IO = storage_io<T, Arch>;
   using P = typename IO::packet_type;
   constexpr int W = P::size;
-  static_assert(K >= 1 && 4 * K <= P::registers, "cos/sin must leave half the registers free");
+  static_assert(K >= 1 && K <= P::registers, "cos/sin: at most the register file");
   constexpr std::size_t packets = K;  // array bounds are unsigned
   P c[packets], s[packets];
   for (int k = 0; k < K; ++k) {
@@ -188,12 +191,24 @@ void rope_interleaved(const kernels::rope_token<T, C>& t, const C* cb, const C* 
   }
 }
 
-/// rope_interleaved<K> when its 2K cos/sin packets fit half the register file; false,
-/// having done nothing, otherwise.
+/// rope_interleaved<K> when its 2K cos/sin packets fit half the register file, and, on a
+/// 16-register file (AVX2), up to 2 x 16 of them for float storage in a call that streams
+/// from memory (t.streaming); false, having done nothing, otherwise. There the loads of cb
+/// and sb for every packet (from L1, beside the head's own load and store) left fewer of
+/// the head's cache lines in flight: the interleaved pairing of q and k [4096, 32, 128] in
+/// place ran at 0.87-0.90x the half pairing's speed on Zen 3, and at 0.94-0.95x with the
+/// expansion held (docs/benchmarks.md). 16-bit storage, whose widening needs registers of
+/// its own, measured no gain; in cache the four-head passes of rope_rotate (one load of cb
+/// and sb for four heads) stay.
 template <int K, class Arch, class T, class C>
 bool rope_interleaved_if_fits(const kernels::rope_token<T, C>& t, const C* cb,
                               const C* sb) noexcept {
-  if constexpr (4 * K <= storage_io<T, Arch>::packet_type::registers) {
+  constexpr int registers = storage_io<T, Arch>::packet_type::registers;
+  if constexpr (4 * K <= registers) {
+    rope_interleaved<K, Arch>(t, cb, sb);
+    return true;
+  } else if constexpr (registers == 16 && K <= registers && std::is_same_v<T, C>) {
+    if (!t.streaming) return false;
     rope_interleaved<K, Arch>(t, cb, sb);
     return true;
   } else {
@@ -201,8 +216,9 @@ bool rope_interleaved_if_fits(const kernels::rope_token<T, C>& t, const C* cb,
   }
 }
 
-/// The interleaved pairing in registers for a rotation of `packets` whole packets (1, 2, 4
-/// or 8, as the register file allows); false, having done nothing, for other counts.
+/// The interleaved pairing with its expansion held for a rotation of `packets` whole
+/// packets (1, 2, 4, 8 or 16, as rope_interleaved_if_fits allows); false, having done
+/// nothing, for other counts.
 template <class Arch, class T, class C>
 bool rope_interleaved_in_registers(const kernels::rope_token<T, C>& t, Index packets, const C* cb,
                                    const C* sb) noexcept {
@@ -215,6 +231,8 @@ bool rope_interleaved_in_registers(const kernels::rope_token<T, C>& t, Index pac
       return rope_interleaved_if_fits<4, Arch>(t, cb, sb);
     case 8:
       return rope_interleaved_if_fits<8, Arch>(t, cb, sb);
+    case 16:
+      return rope_interleaved_if_fits<16, Arch>(t, cb, sb);
     default:
       return false;
   }
@@ -302,7 +320,7 @@ void rope_rotate(const kernels::rope_token<T, C>& t) noexcept {
     alignas(64) C cb[rope_stack_dims];
     alignas(64) C sb[rope_stack_dims];
     detail::rope_expand_interleaved<Arch>(t.cos, t.sin, pairs, sgn, cb, sb);
-    // whole packets whose expansion fits half the register file stay in registers
+    // whole packets whose expansion the register file holds (rope_interleaved_if_fits)
     if (r % W == 0 && detail::rope_interleaved_in_registers<Arch>(t, r / W, cb, sb)) {
       detail::rope_copy_tail(t);
       return;
