@@ -157,8 +157,8 @@ TEST_CASE("SIMD RoPE rotation: its fused arithmetic bit for bit, the scalar kern
       {130, 130, 2, true},
       {1030, 1030, 2, true},
       {1030, 1030, 2, false},
-      // interleaved rotations of 1, 2, 4 or 8 whole packets (cos/sin held in registers on
-      // some architecture and type), alone and with a pass-through tail
+      // interleaved rotations of 1, 2, 4, 8 (and 16: 128 above) whole packets (cos/sin held
+      // in registers on some architecture and type), alone and with a pass-through tail
       {64, 64, 2, true},
       {16, 16, 3, true},
       {8, 8, 3, true},

@@ -207,7 +207,7 @@ bool rope_interleaved_if_fits(const kernels::rope_token<T, C>& t, const C* cb,
   if constexpr (4 * K <= registers) {
     rope_interleaved<K, Arch>(t, cb, sb);
     return true;
-  } else if constexpr (registers == 16 && K <= registers && std::is_same_v<T, C>) {
+  } else if constexpr (registers == 16 && K <= registers && std::is_same_v<T, float>) {
     if (!t.streaming) return false;
     rope_interleaved<K, Arch>(t, cb, sb);
     return true;
