@@ -70,15 +70,22 @@
 
 /// Hints the cache to fetch the line at address p for reading, or (_WRITE) for writing,
 /// or (_L2) for reading into the outer caches only, for data needed later than soon
-/// (no-ops where unsupported).
+/// (no-ops where unsupported). POSENC_PREFETCH_KEEP(p), once after a function's
+/// prefetches, keeps calls to that function: GCC counts a prefetch as free of side
+/// effects, so it found a function that only prefetches pure and deleted every call to it
+/// as dead code (all of decode's prefetches in release builds, GCC 12 at -O1 and up,
+/// until 2026-11-28; clang kept them). An empty volatile asm taking the address emits no
+/// instruction.
 #if defined(__GNUC__) || defined(__clang__)
 #define POSENC_PREFETCH(p) __builtin_prefetch(p)
 #define POSENC_PREFETCH_WRITE(p) __builtin_prefetch(p, 1)
 #define POSENC_PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
+#define POSENC_PREFETCH_KEEP(p) __asm__ volatile("" : : "r"(p))
 #else
 #define POSENC_PREFETCH(p) ((void)(p))
 #define POSENC_PREFETCH_WRITE(p) ((void)(p))
 #define POSENC_PREFETCH_L2(p) ((void)(p))
+#define POSENC_PREFETCH_KEEP(p) ((void)(p))
 #endif
 
 /// A hook called at each kernel entry with the operation and the name of the tag whose

@@ -86,6 +86,7 @@ inline void prefetch_row(const Real* p, Index n) noexcept {
     else
       POSENC_PREFETCH(b + off);
   }
+  POSENC_PREFETCH_KEEP(b);  // else GCC may delete calls to this as dead (config.hpp)
 }
 
 /// Keys (or values) of one head in working precision: a row-major block, inner stride 1,
@@ -366,12 +367,13 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// outer, heads inner: K and V of a [keys, heads, d] buffer are then read as one forward
 /// stream of whole rows, where one head at a time reads 512 bytes of every 4 KiB row
 /// (d = 128, 8 heads), an access pattern the hardware prefetchers follow at about half
-/// the bandwidth. Rows are also prefetched 64 keys ahead: the dot products and row
-/// updates between the loads leave too few misses in flight for the hardware prefetchers
-/// alone (the distances tried are in docs/benchmarks-history.md), in one stream that runs
-/// on from a tile's key rows into its value rows and the next tile's key rows (stopping
-/// at each pass's end left the first 64 rows of every pass unrequested: 1.03-1.37x on
-/// Zen 4). The same steps as
+/// the bandwidth. Where one query row reads each key row (MHA, one query) rows are also
+/// prefetched 64 keys ahead, in one stream that runs on from a tile's key rows into its
+/// value rows and the next tile's key rows: 0.96-1.15x from memory on Zen 3. A GQA
+/// group's block kernels take no prefetch: there they ran 0.70-0.84x, into L1 or L2
+/// (GCC had deleted every one of these prefetches until 2026-11-28, config.hpp, so the
+/// distances and streams tried before that date measured no prefetch at all:
+/// docs/benchmarks-history.md). The same steps as
 /// accumulate with dot products and row updates instead of GEMMs, so sums run in another
 /// order (results agree within rounding, and do not depend on the thread count).
 /// The row pointers accumulate_heads works through (per thread, sized for count · nb
@@ -459,8 +461,8 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
       // one head of one query row (a KV group of one: MHA over head-major K): its key rows
       // lie one after another, and the query row stays in registers over a few of them
       // (dot_rows, dot's bits), where dot loads it again beside every key packet: 1.06-1.43x
-      // with K and V in L3 on Zen 4, within the noise from memory (runs of 16 with their
-      // 128 prefetches issued at once lost at 4k keys: docs/benchmarks-history.md)
+      // with K and V in L3 on Zen 4, within the noise from memory (runs of 16 lost at 4k
+      // keys, measured while GCC deleted the prefetches: docs/benchmarks-history.md)
       for (Index c0 = 0; c0 < nk; c0 += dot_run) {
         const int n = static_cast<int>(std::min(dot_run, nk - c0));
         for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(0, c);
@@ -482,7 +484,6 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
       for (Index c0 = 0; c0 < nk; c0 += dot_keys) {
         const int n = static_cast<int>(std::min(dot_keys, nk - c0));
         for (Index h0 = 0; h0 < count; h0 += key_group) {
-          for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(h0, c);
           for (int i = 0; i < key_rows; ++i)
             hr.block_s[static_cast<std::size_t>(i)] =
                 hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
@@ -505,7 +506,6 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     for (Index c0 = 0; c0 < nk; c0 += vb) {
       const int kb = static_cast<int>(std::min(vb, nk - c0));
       for (Index h0 = 0; h0 < count; h0 += value_group) {
-        for (Index c = c0; c < c0 + kb; ++c) prefetch_ahead(h0, nk + c);
         for (int i = 0; i < value_rows; ++i)
           probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)] + c0;
         vs.axpy_block(h0, j0 + c0, kb, probs, value_rows, hr.o.data() + h0 * nb);
