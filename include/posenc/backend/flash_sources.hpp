@@ -241,6 +241,9 @@ struct kv_row_source {
     for (int c = 0; c < keys; ++c)  // rows converted one at a time
       for (int i = 0; i < m; ++i) axpy(h, j + c, p[i][c], o[i]);
   }
+  /// Whether each head's rows lie back to back (head-major K/V, [B, H, L, d]), where the
+  /// block kernels' prefetches pay (accumulate_heads).
+  bool rows_back_to_back() const noexcept { return four_rows_ok; }
   void prefetch(Index h, Index j) const noexcept {
     const kv_block<Real>& b = hcs[h].*block;
     if (b.data)

@@ -370,10 +370,11 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// the bandwidth. Where one query row reads each key row (MHA, one query) rows are also
 /// prefetched 64 keys ahead, in one stream that runs on from a tile's key rows into its
 /// value rows and the next tile's key rows: 0.96-1.15x from memory on Zen 3. A GQA
-/// group's block kernels take no prefetch: there they ran 0.70-0.84x, into L1 or L2
-/// (GCC had deleted every one of these prefetches until 2026-11-28, config.hpp, so the
-/// distances and streams tried before that date measured no prefetch at all:
-/// docs/benchmarks-history.md). The same steps as
+/// group's block kernels prefetch where each head's rows lie back to back (head-major
+/// K/V: 1.24-1.40x at one thread), and not where they lie 4 KiB apart (token-major:
+/// 0.70-0.84x, into L1 or L2). GCC had deleted every one of these prefetches until
+/// 2026-11-28 (config.hpp), so the distances and streams tried before that date
+/// measured no prefetch at all (docs/benchmarks-history.md). The same steps as
 /// accumulate with dot products and row updates instead of GEMMs, so sums run in another
 /// order (results agree within rounding, and do not depend on the thread count).
 /// The row pointers accumulate_heads works through (per thread, sized for count · nb
@@ -442,6 +443,8 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     }
   const int key_rows = static_cast<int>(key_group * nb),
             value_rows = static_cast<int>(value_group * nb);
+  // the block kernels' prefetches, where the rows of a head lie back to back (see above)
+  const bool block_prefetch = ks.rows_back_to_back() && vs.rows_back_to_back();
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -484,6 +487,8 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
       for (Index c0 = 0; c0 < nk; c0 += dot_keys) {
         const int n = static_cast<int>(std::min(dot_keys, nk - c0));
         for (Index h0 = 0; h0 < count; h0 += key_group) {
+          if (block_prefetch)
+            for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(h0, c);
           for (int i = 0; i < key_rows; ++i)
             hr.block_s[static_cast<std::size_t>(i)] =
                 hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
@@ -506,6 +511,8 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     for (Index c0 = 0; c0 < nk; c0 += vb) {
       const int kb = static_cast<int>(std::min(vb, nk - c0));
       for (Index h0 = 0; h0 < count; h0 += value_group) {
+        if (block_prefetch)
+          for (Index c = c0; c < c0 + kb; ++c) prefetch_ahead(h0, nk + c);
         for (int i = 0; i < value_rows; ++i)
           probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)] + c0;
         vs.axpy_block(h0, j0 + c0, kb, probs, value_rows, hr.o.data() + h0 * nb);
