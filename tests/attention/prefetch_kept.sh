@@ -3,12 +3,16 @@
 # unless decode's row loops in its machine code hold prefetch instructions. GCC counts a
 # prefetch as free of side effects and deleted every call to a function that only
 # prefetched, so release builds decoded with none, whatever their comments said, and no
-# result showed it (include/posenc/config.hpp, POSENC_PREFETCH_KEEP).
+# result showed it (include/posenc/config.hpp, POSENC_PREFETCH_KEEP). The prefetches count
+# in the row loops or in the row source's prefetch where a compiler keeps it out of line
+# (clang with sanitizers).
 #   prefetch_kept.sh OBJDUMP PROBE
 set -eu
 "$2"
 "$1" -d -C --no-show-raw-insn "$2" | awk '
-  /^[0-9a-f]+ <.*>:$/ { inside = ($0 ~ /flash::accumulate_heads<|flash::add_values_by_key</) }
+  /^[0-9a-f]+ <.*>:$/ {
+    inside = ($0 ~ /flash::(accumulate_heads|add_values_by_key|kv_row_source|prefetch_row)</)
+  }
   inside && /[ \t](prefetch[a-z0-9]*|prfm)[ \t]/ { n++ }
   END {
     print "prefetch instructions in decode row loops: " n + 0
