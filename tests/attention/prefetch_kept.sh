@@ -11,7 +11,7 @@ set -eu
 "$2"
 "$1" -d -C --no-show-raw-insn "$2" | awk '
   /^[0-9a-f]+ <.*>:$/ {
-    inside = ($0 ~ /flash::(accumulate_heads|add_values_by_key|kv_row_source|prefetch_row)</)
+    inside = ($0 ~ /flash::(accumulate_heads|kv_row_source|prefetch_row)</)
   }
   inside && /[ \t](prefetch[a-z0-9]*|prfm)[ \t]/ { n++ }
   END {

@@ -361,11 +361,14 @@ TEST_CASE("decode: GQA groups, several queries and head sizes off the vector wid
   // head sizes that leave partial packets, key counts that end inside a block; and MHA
   // with one query (one query row per key row) over several tiles and a last one cut short,
   // in batches of different lengths; 8 and more rows per key row take the many-row
-  // kernels (value rows of 136 = 2 x 64 + 8 values: their wide blocks and a remainder)
-  const sizes cases[] = {sizes{1, 6, 2, 3, 2500, 37, 19},  sizes{2, 8, 2, 5, 1500, 72, 40},
-                         sizes{1, 3, 3, 8, 1100, 16, 9},   sizes{1, 4, 1, 1, 1030, 128, 128},
-                         sizes{2, 3, 3, 1, 2600, 72, 40},  sizes{1, 2, 2, 1, 1300, 128, 128},
-                         sizes{1, 8, 2, 2, 1200, 128, 136}};
+  // kernels (value rows of 136 = 2 x 64 + 8 values: their wide blocks and a remainder);
+  // MHA with one query reads a tile's key rows beside the tile before it's value rows
+  // (dot_axpy where d = dv, here 36: a partial packet), and 1025 keys leave a chunk of
+  // one key (its dots alone, then its values alone)
+  const sizes cases[] = {sizes{1, 6, 2, 3, 2500, 37, 19},   sizes{2, 8, 2, 5, 1500, 72, 40},
+                         sizes{1, 3, 3, 8, 1100, 16, 9},    sizes{1, 4, 1, 1, 1030, 128, 128},
+                         sizes{2, 3, 3, 1, 2600, 72, 40},   sizes{1, 2, 2, 1, 1300, 128, 128},
+                         sizes{1, 8, 2, 2, 1200, 128, 136}, sizes{1, 4, 4, 1, 1025, 36, 36}};
   for (const sizes& z : cases) {
     const problem<float> p(z, 41);
     posenc::attention_config opt;
@@ -466,9 +469,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // its per-head copy: the values' layout decides), and a batch with shorter keys. One
   // query of a GQA group of four with rows of 8 packets or more (d 128, and 136 with a
   // partial packet) takes the many-row kernels on AVX-512 head-major, the row-at-a-time
-  // ones token-major: the same bits. MHA head-major holds the query row in registers over
-  // a run of keys where its packets fit (d 64 and 128 on AVX-512, 64 on AVX2; d 72 takes
-  // dot per key): dot's bits, key by key.
+  // ones token-major: the same bits. MHA reads each key row beside a value row (dot_axpy:
+  // dot's and axpy's bits) and, head-major, a chunk's first tile with the query row held
+  // in registers over a run of keys where its packets fit (d 64 and 128 on AVX-512, 64
+  // on AVX2; d 72 takes dot per key): dot's bits, key by key.
   const auto head_major = [](const auto& m, const sizes& z, Index heads, Index dim) {
     using M = std::decay_t<decltype(m)>;
     M h(m.rows(), m.cols());  // the same values, row (b, g, j) = token j of head g
@@ -680,12 +684,13 @@ TEST_CASE("half and bfloat16 inputs give the float result of the same values",
   // float output of the widened inputs, rounded once: bit for bit, on every backend and
   // thread count. Decode over 3000 keys crosses chunk and tile edges; d = 76 and dv = 36
   // end in partial packets at every vector width; grouped and multi-query heads make
-  // several query heads share each converted key row.
+  // several query heads share each converted key row; MHA with one query and d = dv
+  // widens a key row and a value row side by side (dot_axpy).
   auto check = [](auto tag) {
     using H = decltype(tag);
     std::vector<sizes> all{sizes{2, 4, 2, 70, 300, 76, 36}, sizes{2, 4, 2, 5, 3000, 76, 36},
                            sizes{2, 4, 2, 1, 3000, 76, 36}, sizes{2, 3, 1, 2, 2000, 76, 36},
-                           sizes{2, 2, 2, 1, 3000, 76, 36}};
+                           sizes{2, 2, 2, 1, 3000, 76, 36}, sizes{2, 2, 2, 1, 3000, 76, 76}};
     if (emulated) all.resize(2);  // a prefill and a multi-row decode over chunk edges
     for (const sizes& z : all) {
       const problem<H> ph(z, 91);

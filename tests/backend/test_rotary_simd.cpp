@@ -637,11 +637,11 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 #endif
 }
 
-// simd::dot / dot_block / axpy (decode's row kernels) on storage T: the float result of
-// the widened values bit for bit, a double computation within the float bound, a key's
-// dot the same alone as in any block, one fused multiply-add per value, and (each operand
-// in a heap block of exactly the values it spans, so ASan sees any access past it) every
-// length from 0 to 5 packets + 3.
+// simd::dot / dot_block / axpy / dot_axpy (decode's row kernels) on storage T: the float
+// result of the widened values bit for bit, a double computation within the float bound,
+// a key's dot the same alone as in any block, one fused multiply-add per value, and (each
+// operand in a heap block of exactly the values it spans, so ASan sees any access past
+// it) every length from 0 to 5 packets + 3.
 template <class T, class B>
 void check_widening_ops(const char* type) {
   using posenc::simd::axpy;
@@ -742,6 +742,23 @@ void check_widening_ops(const char* type) {
     }
     CHECK(same);
     CHECK(fused);
+
+    // dot_axpy (MHA decode: a key row's dot beside another key's value row): the bits of
+    // dot and then axpy, each row in a block of exactly n values
+    {
+      const std::vector<float> a = posenc_test::random_values<float>(size, 6);
+      const std::vector<float> v0 = posenc_test::random_values<float>(size, 7);
+      const std::vector<T> v(v0.begin(), v0.end());
+      std::vector<float> y_fused = y0, y_apart = y0;
+      const float s =
+          posenc::simd::dot_axpy<B>(a.data(), x.data(), n, -1.25f, v.data(), y_fused.data());
+      CHECK(bits32(s) == bits32(posenc::simd::dot<B>(a.data(), x.data(), n)));
+      axpy<B>(-1.25f, v.data(), n, y_apart.data());
+      bool same_y = true;
+      for (std::size_t i = 0; i < size; ++i)
+        same_y = same_y && bits32(y_fused[i]) == bits32(y_apart[i]);
+      CHECK(same_y);
+    }
 
     // axpy_rows and axpy_rows_many (a GQA group's rows against shared value rows): the
     // bits of the one-row calls, for every row count up to 13 (fours and the remainder)

@@ -209,6 +209,38 @@ struct kv_row_source {
     else
       Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
   }
+  /// dot(h, j, q), then values.axpy(h, jv, a, o) (values: a value rows' source): the two
+  /// rows' packets loaded side by side (simd::dot_axpy) where both rows are read as
+  /// packets and are as wide, so that the key and value streams are in flight together;
+  /// the bits of the two calls either way.
+  template <class Values>
+  Real dot_axpy(Index h, Index j, const Real* q, Values& values, Index jv, Real a,
+                Real* o) noexcept {
+    if constexpr (packet_storage && Values::packet_storage) {
+      const value_type* k = packet_row(h, j);
+      const auto* v = values.packet_row(h, jv);
+      if (k && v && n == values.cols()) return simd::dot_axpy<Backend>(q, k, n, a, v, o);
+    }
+    const Real s = dot(h, j, q);
+    values.axpy(h, jv, a, o);
+    return s;
+  }
+  /// Row j of head h where the packet kernels read it as stored (in place, or widened in
+  /// registers); null for rows converted into a buffer.
+  const value_type* packet_row(Index h, Index j) const noexcept {
+    if constexpr (packet_storage) {
+      if (widen_in_registers) return stored_row(h, j);
+      if constexpr (std::is_same_v<value_type, Real>) {
+        const kv_block<Real>& b = hcs[h].*block;
+        if (b.data) return b.row(j);
+      }
+    }
+    static_cast<void>(h);
+    static_cast<void>(j);
+    return nullptr;
+  }
+  /// Values per row.
+  Index cols() const noexcept { return n; }
   /// The most keys one axpy_block call takes.
   static constexpr int max_block = 16;
   /// o[i] += sum_c p[i][c] · row j + c of head h, c < keys (<= max_block) in order, i < m:

@@ -367,11 +367,11 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// outer, heads inner: K and V of a [keys, heads, d] buffer are then read as one forward
 /// stream of whole rows, where one head at a time reads 512 bytes of every 4 KiB row
 /// (d = 128, 8 heads), an access pattern the hardware prefetchers follow at about half
-/// the bandwidth. Where one query row reads each key row (MHA, one query) rows are also
-/// prefetched 64 keys ahead, in one stream that runs on from a tile's key rows into its
-/// value rows and the next tile's key rows: 0.96-1.15x from memory on Zen 3. A GQA
-/// group's block kernels prefetch where each head's rows lie back to back (head-major
-/// K/V: 1.24-1.40x at one thread), and not where they lie 4 KiB apart (token-major:
+/// the bandwidth. One query row per key and value row (MHA, one query) reads a tile's
+/// keys beside the tile before it's values (accumulate_one_query), with no software
+/// prefetch: the hardware's streams outran one 16 keys ahead (0.85-0.90x). A GQA group's
+/// block kernels prefetch where each head's rows lie back to back (head-major K/V:
+/// 1.24-1.40x at one thread), and not where they lie 4 KiB apart (token-major:
 /// 0.70-0.84x, into L1 or L2). GCC had deleted every one of these prefetches until
 /// 2026-11-28 (config.hpp), so the distances and streams tried before that date
 /// measured no prefetch at all (docs/benchmarks-history.md). The same steps as
@@ -393,25 +393,56 @@ struct head_rows {
         block_s(static_cast<std::size_t>(rows)) {}
 };
 
-/// accumulate_heads' value rows for one output row per value row (MHA, one query): key
-/// by key across the heads, as it takes the keys. A block of value rows per head keeps
-/// the output row in registers, but it visits 16 rows 4 KiB apart in a [keys, heads, d]
-/// buffer, which share a few L1 sets: 3x slower from L2 on Zen 4 than this order, whose
-/// output rows stay in L1 (MHA decode 1.2-2.1x). The same FMAs in the same order per output
-/// value: the same bits. With several output rows per value row (a GQA group) the blocks
-/// win: this order then loads and stores every output row once per key (0.7-0.8x), as
-/// the dots of a group key by key, one sum per dot, do. Out of line: inlined, it changed
-/// how GCC inlined the block kernels of the other shapes (half GQA 0.92x).
-template <class Real, class VRows, class Prefetch>
-POSENC_NOINLINE void add_values_by_key(VRows& vs, Index count, Index j0, Index nk,
-                                       head_rows<Real>& hr,
-                                       const Prefetch& prefetch_ahead) noexcept {
-  for (Index c = 0; c < nk; ++c)
-    for (Index h = 0; h < count; ++h) {  // one row per head: head h's rows are at h
-      const auto i = static_cast<std::size_t>(h);
-      prefetch_ahead(h, nk + c);
-      vs.axpy(h, j0 + c, hr.p[i][c], hr.o[i]);
+/// accumulate_heads for one query row per key row and per value row (MHA, one query):
+/// tile t's dot products and tile t - 1's value rows in one pass, key by key across the
+/// heads, each key row's packets loaded beside a value row's (KRows::dot_axpy), so K and
+/// V are read as two streams side by side, as the read roofline reads them. Tile by tile
+/// (a pass over K, then one over V) each pass was one stream, which the hardware
+/// prefetchers of Zen 3 bring in at about 0.75x the rate of two: 1.1-1.5x from memory
+/// (docs/benchmarks.md, issue 27). Each tile's softmax step runs once its dots are taken
+/// and before the next tile's pass adds its values, and each output value takes its rows
+/// in key order, one FMA each: the bits of the tile-by-tile order. The scores of the
+/// tile being read are row 0 of ws[h].s (where softmax_step works); the probabilities of
+/// the tile before it wait in row 1 (decode's workspaces hold decode_rows rows).
+template <class Policy, class Real, class KRows, class VRows>
+POSENC_NOINLINE void accumulate_one_query(const head_context<Policy, Real>* hcs, KRows& ks,
+                                          VRows& vs, Index count, const call_info& ci, Index kbeg,
+                                          Index kend, workspace<Real>* ws,
+                                          head_rows<Real>& hr) noexcept {
+  static_assert(tiles<Real>::decode_rows >= 2, "the pending probabilities need a second row");
+  constexpr Index bk = tiles<Real>::block_k;
+  constexpr Index dot_run = 4;  // keys per dot_rows call (one head alone)
+  Index jp = kbeg, np = 0;      // the tile whose values are pending
+  for (Index j0 = kbeg;; j0 += bk) {
+    const Index nk = j0 < kend ? std::min(bk, kend - j0) : 0;
+    const Index both = std::min(nk, np);
+    // keys [0, both): a key of each tile per head, its key and value rows read side by side
+    for (Index c = 0; c < both; ++c)
+      for (Index h = 0; h < count; ++h) {
+        const auto i = static_cast<std::size_t>(h);
+        ws[h].s(0, c) = ks.dot_axpy(h, j0 + c, hr.q[i], vs, jp + c, ws[h].s(1, c), hr.o[i]);
+      }
+    // the first tile's dots, or the last tile's values, alone
+    if (count == 1) {  // one head: the query row in registers over runs of its key rows
+      for (Index c = both; c < nk; c += dot_run)
+        ks.dot_rows(0, j0 + c, static_cast<int>(std::min(dot_run, nk - c)), hr.q[0],
+                    ws[0].s.row(0).data() + c);
+    } else {
+      for (Index c = both; c < nk; ++c)
+        for (Index h = 0; h < count; ++h)
+          ws[h].s(0, c) = ks.dot(h, j0 + c, hr.q[static_cast<std::size_t>(h)]);
     }
+    for (Index c = both; c < np; ++c)
+      for (Index h = 0; h < count; ++h)
+        vs.axpy(h, jp + c, ws[h].s(1, c), hr.o[static_cast<std::size_t>(h)]);
+    if (nk == 0) return;
+    for (Index h = 0; h < count; ++h) {
+      softmax_step(hcs[h], ci, 0, 0, j0, nk, kend, ws[h]);
+      ws[h].s.row(1).head(nk) = ws[h].s.row(0).head(nk);
+    }
+    jp = j0;
+    np = nk;
+  }
 }
 
 /// `key_group` consecutive heads share their key rows and `value_group` their value rows
@@ -419,20 +450,20 @@ POSENC_NOINLINE void add_values_by_key(VRows& vs, Index count, Index j0, Index n
 /// the dot products of all their query rows with a block of key rows are taken together
 /// (KRows::dot_block, a packet's width of keys) and all their output rows take a block of
 /// value rows together (VRows::axpy_block, each output value kept in a register over the
-/// block), so each K and V row is read once per group. One query row per key row (MHA,
-/// one query) goes key by key across the heads instead, for K (KRows::dot) and V
-/// (VRows::axpy) alike; one head alone (count = 1, as head-major MHA is visited) takes
-/// its key rows a few at a time with the query row held in registers (KRows::dot_rows,
-/// the same bits).
+/// block), so each K and V row is read once per group. One query row per key and per
+/// value row (MHA, one query) takes accumulate_one_query; one per key row alone (keys a
+/// policy transforms per query head, GQA values) takes its dots key by key across the
+/// heads (KRows::dot). Out of line: inlined into the decode driver, GCC compiled the GQA
+/// block paths differently and half / bfloat16 GQA decode ran 0.81-0.95x (Zen 3).
 template <class Policy, class Real, class KRows, class VRows>
-void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs, Index count,
-                      Index key_group, Index value_group, const call_info& ci, Index nb, Index kbeg,
-                      Index kend, workspace<Real>* ws, head_rows<Real>& hr) noexcept {
+POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs,
+                                      Index count, Index key_group, Index value_group,
+                                      const call_info& ci, Index nb, Index kbeg, Index kend,
+                                      workspace<Real>* ws, head_rows<Real>& hr) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
   constexpr Index vb = VRows::max_block;
   constexpr Index dot_keys = KRows::dot_block_keys();
-  constexpr Index dot_run = 4;  // keys per dot_rows call, after their rows' prefetches
   for (Index h = 0; h < count; ++h)
     for (Index r = 0; r < nb; ++r) {
       const auto i = static_cast<std::size_t>(h * nb + r);
@@ -443,6 +474,8 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     }
   const int key_rows = static_cast<int>(key_group * nb),
             value_rows = static_cast<int>(value_group * nb);
+  if (key_rows == 1 && value_rows == 1)
+    return accumulate_one_query(hcs, ks, vs, count, ci, kbeg, kend, ws, hr);
   // the block kernels' prefetches, where the rows of a head lie back to back (see above)
   const bool block_prefetch = ks.rows_back_to_back() && vs.rows_back_to_back();
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
@@ -460,23 +493,12 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
       else if (j0 + a - nk < kend)
         ks.prefetch(h, j0 + a - nk);
     };
-    if (key_rows == 1 && count == 1) {
-      // one head of one query row (a KV group of one: MHA over head-major K): its key rows
-      // lie one after another, and the query row stays in registers over a few of them
-      // (dot_rows, dot's bits), where dot loads it again beside every key packet: 1.06-1.43x
-      // with K and V in L3 on Zen 4, within the noise from memory (runs of 16 lost at 4k
-      // keys, measured while GCC deleted the prefetches: docs/benchmarks-history.md)
-      for (Index c0 = 0; c0 < nk; c0 += dot_run) {
-        const int n = static_cast<int>(std::min(dot_run, nk - c0));
-        for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(0, c);
-        ks.dot_rows(0, j0 + c0, n, hr.q[0], hr.s[0] + c0);
-      }
-    } else if (key_rows == 1) {
-      // one query row per key row (MHA, one query): key by key, every head of a key
-      // before the next, so K is read as one forward stream of whole rows. Blocks of keys
-      // per head (below) read one short run of each [keys, heads, d] row at a time, which
-      // cost this case 5-15 % from memory, and pairs of rows in this order summed as a
-      // block lost 12-25 % (docs/benchmarks-history.md, issue 27)
+    if (key_rows == 1) {
+      // one query row per key row (keys transformed per query head): key by key, every
+      // head of a key before the next, so K is read as one forward stream of whole rows.
+      // Blocks of keys per head (below) read one short run of each [keys, heads, d] row at
+      // a time, which cost MHA 5-15 % from memory when it took this loop, and pairs of rows
+      // in this order summed as a block lost 12-25 % (docs/benchmarks-history.md, issue 27)
       for (Index c = 0; c < nk; ++c)
         for (Index h0 = 0; h0 < count; ++h0) {
           prefetch_ahead(h0, c);
@@ -498,14 +520,6 @@ void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& v
     }
     for (Index h = 0; h < count; ++h)
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
-    if (value_rows == 1) {
-      // one output row per value row (MHA, one query): key by key across the heads, like
-      // the keys above (add_values_by_key). One head alone too: its output row held in
-      // registers over blocks of value rows (axpy_block) ran 0.79x from memory on Zen 4,
-      // head-major, though the same loop alone streams as fast either way
-      add_values_by_key(vs, count, j0, nk, hr, prefetch_ahead);  // nb == 1 here
-      continue;
-    }
     // blocks of vb keys: the probabilities of a block are p[i] + c0
     const Real** probs = hr.block_p.data();
     for (Index c0 = 0; c0 < nk; c0 += vb) {

@@ -19,6 +19,8 @@
 ///     axpy(alpha, x, n, y)  axpy_rows(...)     y += alpha · float(x), and for a block of rows
 ///     axpy_rows_many(...)             the same bits, four rows x several packets held
 ///                                     widened in registers; the same bits as on float inputs
+///     dot_axpy(a, k, n, alpha, v, y)  dot(a, k, n), then axpy(alpha, v, n, y), the two
+///                                     rows loaded side by side; the two calls' bits
 ///
 /// Defined for 16-bit types:
 ///
@@ -687,6 +689,44 @@ inline void axpy(float alpha, const T* x, Index n, float* y) noexcept {
     const int r = static_cast<int>(n - i);
     fmadd(a, IO::load_partial(x + i, r), P::load_partial(y + i, r)).store_partial(y + i, r);
   }
+}
+
+/// dot(a, k, n) and then axpy(alpha, v, n, y) in one pass: the packets of the key row k
+/// and of the value row v loaded side by side, so that two streams from memory are in
+/// flight together (decode's key and value passes, backend/scalar/flash.hpp). The dot's
+/// accumulators and order are dot's and each y value takes the one FMA of axpy: the bits
+/// of the two calls. Needs has_widening_ops_v<Arch, TK> and <Arch, TV>.
+template <class Arch, class TK, class TV>
+inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const TV* v,
+                      float* y) noexcept {
+  using IK = storage_io<TK, Arch>;
+  using IV = storage_io<TV, Arch>;
+  using P = packet<float, Arch>;
+  constexpr Index W = P::size;
+  const P al = P::broadcast(alpha);
+  const auto update = [&](Index i) { fmadd(al, IV::load(v + i), P::load(y + i)).store(y + i); };
+  P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
+  Index i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    a0 = fmadd(P::load(a + i), IK::load(k + i), a0);
+    update(i);
+    a1 = fmadd(P::load(a + i + W), IK::load(k + i + W), a1);
+    update(i + W);
+    a2 = fmadd(P::load(a + i + 2 * W), IK::load(k + i + 2 * W), a2);
+    update(i + 2 * W);
+    a3 = fmadd(P::load(a + i + 3 * W), IK::load(k + i + 3 * W), a3);
+    update(i + 3 * W);
+  }
+  for (; i + W <= n; i += W) {
+    a0 = fmadd(P::load(a + i), IK::load(k + i), a0);
+    update(i);
+  }
+  if (i < n) {
+    const int r = static_cast<int>(n - i);
+    a0 = fmadd(P::load_partial(a + i, r), IK::load_partial(k + i, r), a0);
+    fmadd(al, IV::load_partial(v + i, r), P::load_partial(y + i, r)).store_partial(y + i, r);
+  }
+  return reduce_add((a0 + a1) + (a2 + a3));
 }
 
 namespace detail {
