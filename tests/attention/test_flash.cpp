@@ -92,6 +92,19 @@ rmat<T> run_flash(const problem<T>& p, const posenc::attention_config& opt, cons
   return out;
 }
 
+/// Packed [B·L, H·d] keys or values as [B, H, L, d] (PyTorch's past_key_values): the
+/// same values, row (b, g, j) = token j of head g.
+template <class M>
+M head_major_copy(const M& m, const sizes& z, Index heads, Index dim) {
+  M h(m.rows(), m.cols());
+  for (Index b = 0; b < z.batch; ++b)
+    for (Index g = 0; g < heads; ++g)
+      for (Index j = 0; j < z.len_k; ++j)
+        for (Index c = 0; c < dim; ++c)
+          h.data()[((b * heads + g) * z.len_k + j) * dim + c] = m(b * z.len_k + j, g * dim + c);
+  return h;
+}
+
 template <class T, class Policy>
 rmat<T> run_reference(const problem<T>& p, const posenc::attention_config& opt, const Policy& pol) {
   rmat<T> out = p.empty_out();
@@ -473,20 +486,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // dot's and axpy's bits) and, head-major, a chunk's first tile with the query row held
   // in registers over a run of keys where its packets fit (d 64 and 128 on AVX-512, 64
   // on AVX2; d 72 takes dot per key): dot's bits, key by key.
-  const auto head_major = [](const auto& m, const sizes& z, Index heads, Index dim) {
-    using M = std::decay_t<decltype(m)>;
-    M h(m.rows(), m.cols());  // the same values, row (b, g, j) = token j of head g
-    for (Index b = 0; b < z.batch; ++b)
-      for (Index g = 0; g < heads; ++g)
-        for (Index j = 0; j < z.len_k; ++j)
-          for (Index c = 0; c < dim; ++c)
-            h.data()[((b * heads + g) * z.len_k + j) * dim + c] = m(b * z.len_k + j, g * dim + c);
-    return h;
-  };
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
-    const auto kh = head_major(p.k, z, z.kv_heads, z.dim);
-    const auto vh = head_major(p.v, z, z.kv_heads, z.dim_v);
+    const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
+    const auto vh = head_major_copy(p.v, z, z.kv_heads, z.dim_v);
     posenc::attention_config opt;
     opt.mask.causal = true;
     opt.q_offset = z.len_k - z.len_q;
@@ -513,6 +516,49 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     if (z.dim == z.dim_v) check(p, posenc::rotary_policy(z.dim));
     const problem<Eigen::half> h(z, 72);
     check(h, posenc::no_position_policy{});
+  }
+}
+
+TEST_CASE("decode: MHA with one query reads all of a thread's chunks in one pipeline",
+          "[flash][decode]") {
+  // One thread reads every chunk of a batch item (and, head-major, every head) as one
+  // pipeline of key segments: a segment's first dots beside the last values of the one
+  // before it, in the other of two workspace sets; several threads take a chunk each. Key
+  // counts that leave a last chunk of 4 keys and a tile cut short, a batch item whose
+  // later chunks see no key and one that sees none at all, d = dv (dot_axpy; token-major
+  // with its prefetch 1 KiB on) and d != dv, float and half storage, both layouts: the
+  // reference's result, and the same bits at any thread count and in either layout.
+  const auto check = [](const auto& p, double tol) {
+    const sizes& z = p.z;
+    posenc::attention_config opt;
+    opt.mask.causal = true;
+    opt.q_offset = z.len_k - 1;
+    opt.mask.key_lengths = {z.len_k, 1500, 0};
+    const posenc::alibi_policy alibi(z.heads);
+    const auto one = run_flash(p, opt, alibi, 1);
+    CHECK(rel_err(one.template cast<double>(),
+                  run_reference(p, opt, alibi).template cast<double>()) < tol);
+    CHECK((one.bottomRows(1).template cast<float>().array() == 0.0f).all());  // sees no key
+    for (Index threads : {2, 3, 4, 7}) {
+      INFO("threads " << threads);
+      CHECK(run_flash(p, opt, alibi, threads) == one);
+    }
+    const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
+    const auto vh = head_major_copy(p.v, z, z.kv_heads, z.dim_v);
+    for (Index threads : {1, 2, 3}) {
+      INFO("head-major, threads " << threads);
+      auto out = p.empty_out();
+      posenc::flash_multi_head_attention(
+          p.qv(), posenc::view_bhsd(kh.data(), z.batch, z.kv_heads, z.len_k, z.dim),
+          posenc::view_bhsd(vh.data(), z.batch, z.kv_heads, z.len_k, z.dim_v), p.ov(out), opt,
+          alibi, posenc::flash_options{threads});
+      CHECK(out == one);
+    }
+  };
+  for (const sizes& z : {sizes{3, 4, 4, 1, 4100, 64, 64}, sizes{3, 3, 3, 1, 3000, 40, 24}}) {
+    INFO("d " << z.dim << ", dv " << z.dim_v);
+    check(problem<float>(z, 91), 2e-6);
+    check(problem<Eigen::half>(z, 92), 1e-3);
   }
 }
 

@@ -425,49 +425,113 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
     part.o.resize(nb, s.dim_v);
     if constexpr (clipped_v<Policy>) part.wb.resize(nb, p.shaw_rows);
   }
-  // A unit is (batch, chunk) over every head: the heads of one token lie side by side
-  // in [B, L, H, d] buffers, so visiting the keys one by one across all heads
-  // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run
-  // per 4 KiB-strided row, which the hardware prefetchers follow poorly).
-  std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
-  for (auto& wh : hws) wh = make_workspaces(p, s.heads, T::decode_rows);
   // the query heads that read the same key rows: a GQA group, unless the policy transforms
   // the keys per query head
   const Index key_group =
       Policy::transforms_keys && Policy::keys_per_query_head ? Index(1) : p.group;
-  // accumulate_heads' row pointers, per worker
-  std::vector<head_rows<Real>> rows(static_cast<std::size_t>(workers),
-                                    head_rows<Real>(s.heads * nb));
-  parallel_for(s.batch * chunks, team, [&](Index u, Index worker) {
-    const Index b = u / chunks, k0 = (u % chunks) * T::decode_chunk;
-    const head_context<Policy, Real>* hb = &p.head(b * s.heads);
-    auto& wh = hws[static_cast<std::size_t>(worker)];
-    Index k_end = k0;
-    // The portable kernel's rows (the lane kernels take blocks of more than decode_rows
-    // rows only): begin_block with the scalar tag says so.
-    for (Index h = 0; h < s.heads; ++h) {
-      const Index lim = begin_block(hb[h], p.ci, slice_bh(q, b, h), 0, nb,
-                                    wh[static_cast<std::size_t>(h)], backend::scalar{});
-      k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
-    }
-    // every head of the batch, key by key, or one KV group at a time (p.heads_outer); the
-    // mask's limits do not depend on the head
-    const Index span = p.heads_outer ? p.group : s.heads;
-    for (Index h0 = 0; h0 < s.heads && k0 < k_end; h0 += span) {
-      kv_row_source<Backend, Policy, Real, TK> kr(hb + h0, &head_context<Policy, Real>::k);
-      kv_row_source<Backend, Policy, Real, TV> vr(hb + h0, &head_context<Policy, Real>::v);
-      accumulate_heads(hb + h0, kr, vr, span, key_group, p.group, p.ci, nb, k0, k_end,
-                       wh.data() + h0, rows[static_cast<std::size_t>(worker)]);
-    }
-    for (Index h = 0; h < s.heads; ++h) {
-      const workspace<Real>& w = wh[static_cast<std::size_t>(h)];
-      partial& part = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + u % chunks)];
-      std::copy(w.m.begin(), w.m.begin() + nb, part.m.begin());
-      std::copy(w.l.begin(), w.l.begin() + nb, part.l.begin());
-      part.o = w.o.topRows(nb);
-      if constexpr (clipped_v<Policy>) part.wb = w.wb.topRows(nb);
-    }
-  });
+  // one query row per key row and per value row (MHA, one query): accumulate_one_query,
+  // with two workspace sets per thread (a segment's values are added while the next
+  // segment's keys are read)
+  const bool one_query = nb == 1 && key_group == 1 && p.group == 1;
+  std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
+  for (auto& wh : hws) wh = make_workspaces(p, (one_query ? 2 : 1) * s.heads, T::decode_rows);
+  const auto save_state = [&](const workspace<Real>& w, Index b, Index h, Index c) {
+    partial& part = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + c)];
+    std::copy(w.m.begin(), w.m.begin() + nb, part.m.begin());
+    std::copy(w.l.begin(), w.l.begin() + nb, part.l.begin());
+    part.o = w.o.topRows(nb);
+    if constexpr (clipped_v<Policy>) part.wb = w.wb.topRows(nb);
+  };
+  if (one_query) {
+    // A unit is a run of chunks of one batch item, its segments (key_segment: a chunk of
+    // every head, or with p.heads_outer of one head, head by head) read in one pipeline,
+    // so that only the unit's first key tile and last value tile are read alone. One
+    // thread takes every chunk in one run; several take a chunk a unit, which they share
+    // out as they go (runs of about chunks / 4, two units per thread, ran 0.90-0.99x at
+    // two threads head-major: docs/benchmarks-history.md). The segments' results do not
+    // depend on the runs (accumulate_one_query).
+    const Index run = team.threads <= 1 ? chunks : Index(1);
+    const Index runs = (chunks + run - 1) / run;
+    const Index units = s.batch * runs;
+    const Index span = p.heads_outer ? Index(1) : s.heads;
+    parallel_for(units, team, [&](Index u, Index worker) {
+      const Index b = u / runs, c0 = (u % runs) * run, c1 = std::min(chunks, c0 + run);
+      const head_context<Policy, Real>* hb = &p.head(b * s.heads);
+      workspace<Real>* wh = hws[static_cast<std::size_t>(worker)].data();
+      // segments in order: chunk by chunk over every head, or head by head over the chunks;
+      // each segment begun takes the workspace set the pending one does not hold
+      Index next_h = 0, next_c = c0, set = 0;
+      const auto begin_next = [&](key_segment<Policy, Real>& seg) {
+        while (next_c < c1 && next_h < s.heads) {
+          const Index h0 = next_h, c = next_c, k0 = c * T::decode_chunk;
+          if (++next_c == c1 && p.heads_outer) {
+            next_c = c0;
+            ++next_h;
+          }
+          seg.hcs = hb + h0;
+          seg.ws = wh + set * s.heads + h0;
+          seg.h0 = h0;
+          seg.count = span;
+          seg.kbeg = k0;
+          seg.kend = k0;
+          seg.tag = c;
+          for (Index i = 0; i < span; ++i) {
+            const Index lim = begin_block(hb[h0 + i], p.ci, slice_bh(q, b, h0 + i), 0, nb,
+                                          seg.ws[i], backend::scalar{});
+            seg.kend = std::max(seg.kend, std::min(k0 + T::decode_chunk, lim));
+          }
+          if (seg.kend > seg.kbeg) {
+            set ^= 1;
+            return true;
+          }
+          for (Index i = 0; i < span; ++i) save_state(seg.ws[i], b, h0 + i, c);  // no key
+        }
+        return false;
+      };
+      const auto save_done = [&](const key_segment<Policy, Real>& seg) {
+        for (Index i = 0; i < seg.count; ++i) save_state(seg.ws[i], b, seg.h0 + i, seg.tag);
+      };
+      struct {
+        decltype(begin_next)& next;
+        decltype(save_done)& done;
+      } segments{begin_next, save_done};
+      kv_row_source<Backend, Policy, Real, TK> kr(hb, &head_context<Policy, Real>::k);
+      kv_row_source<Backend, Policy, Real, TV> vr(hb, &head_context<Policy, Real>::v);
+      accumulate_one_query<Policy, Real>(kr, vr, p.ci, segments);
+    });
+  } else {
+    // A unit is (batch, chunk) over every head: the heads of one token lie side by side
+    // in [B, L, H, d] buffers, so visiting the keys one by one across all heads
+    // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run
+    // per 4 KiB-strided row, which the hardware prefetchers follow poorly). Row pointers
+    // for accumulate_heads, per worker:
+    std::vector<head_rows<Real>> rows(static_cast<std::size_t>(workers),
+                                      head_rows<Real>(s.heads * nb));
+    parallel_for(s.batch * chunks, team, [&](Index u, Index worker) {
+      const Index b = u / chunks, k0 = (u % chunks) * T::decode_chunk;
+      const head_context<Policy, Real>* hb = &p.head(b * s.heads);
+      auto& wh = hws[static_cast<std::size_t>(worker)];
+      Index k_end = k0;
+      // The portable kernel's rows (the lane kernels take blocks of more than decode_rows
+      // rows only): begin_block with the scalar tag says so.
+      for (Index h = 0; h < s.heads; ++h) {
+        const Index lim = begin_block(hb[h], p.ci, slice_bh(q, b, h), 0, nb,
+                                      wh[static_cast<std::size_t>(h)], backend::scalar{});
+        k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
+      }
+      // every head of the batch, key by key, or one KV group at a time (p.heads_outer); the
+      // mask's limits do not depend on the head
+      const Index span = p.heads_outer ? p.group : s.heads;
+      for (Index h0 = 0; h0 < s.heads && k0 < k_end; h0 += span) {
+        kv_row_source<Backend, Policy, Real, TK> kr(hb + h0, &head_context<Policy, Real>::k);
+        kv_row_source<Backend, Policy, Real, TV> vr(hb + h0, &head_context<Policy, Real>::v);
+        accumulate_heads(hb + h0, kr, vr, span, key_group, p.group, p.ci, nb, k0, k_end,
+                         wh.data() + h0, rows[static_cast<std::size_t>(worker)]);
+      }
+      for (Index h = 0; h < s.heads; ++h)
+        save_state(wh[static_cast<std::size_t>(h)], b, h, u % chunks);
+    });
+  }
   // the merge needs a block's row state only (nb <= decode_rows rows, no tiles): sized so,
   // a call allocates and touches kilobytes here, not a prefill workspace per thread
   std::vector<workspace<Real>> ws = make_workspaces(p, workers, T::decode_rows);

@@ -72,14 +72,14 @@ kv_block<Real> kv_source(const strided_view<T, 2>& x) noexcept {
   return blk;
 }
 
-/// Decode's keys (or values), row by row, for accumulate_heads: dot(h, j, q) and
-/// axpy(h, j, a, o) take row j of query head h's block (hcs[h].*block) where it is; a
-/// block that converts (kv_block::convert: 16-bit or strided storage of T) is read
-/// straight from the caller's row, widened in registers, when the backend has packet
-/// loads for T and the rows have unit stride, else converted into a one-row buffer as it
-/// is visited (the query heads of a group, visited in turn, share the conversion). Every
-/// path ends in the same float kernel (simd::dot / simd::axpy with packets, Eigen's
-/// without), so 16-bit and strided inputs give exactly the float result of the same values.
+/// Decode's keys (or values), row by row, for accumulate_heads and accumulate_one_query: dot(h, j,
+/// q) and axpy(h, j, a, o) take row j of query head h's block (hcs[h].*block) where it is; a block
+/// that converts (kv_block::convert: 16-bit or strided storage of T) is read straight from the
+/// caller's row, widened in registers, when the backend has packet loads for T and the rows have
+/// unit stride, else converted into a one-row buffer as it is visited (the query heads of a group,
+/// visited in turn, share the conversion). Every path ends in the same float kernel (simd::dot /
+/// simd::axpy with packets, Eigen's without), so 16-bit and strided inputs give exactly the float
+/// result of the same values.
 template <class Backend, class Policy, class Real, class T>
 struct kv_row_source {
   using value_type = std::remove_cv_t<T>;
@@ -209,20 +209,25 @@ struct kv_row_source {
     else
       Eigen::Map<Eigen::Matrix<Real, 1, Eigen::Dynamic>>(o, n).noalias() += a * crow(r, n);
   }
-  /// dot(h, j, q), then values.axpy(h, jv, a, o) (values: a value rows' source): the two
-  /// rows' packets loaded side by side (simd::dot_axpy) where both rows are read as
-  /// packets and are as wide, so that the key and value streams are in flight together;
-  /// the bits of the two calls either way.
+  /// dot(h, j, q), then values.axpy(hv, jv, a, o) (values: a value rows' source; hv may
+  /// be another head): the two rows' packets loaded side by side (simd::dot_axpy) where
+  /// both rows are read as packets and are as wide, so that the key and value streams are
+  /// in flight together; the bits of the two calls either way.
   template <class Values>
-  Real dot_axpy(Index h, Index j, const Real* q, Values& values, Index jv, Real a,
+  Real dot_axpy(Index h, Index j, const Real* q, Values& values, Index hv, Index jv, Real a,
                 Real* o) noexcept {
     if constexpr (packet_storage && Values::packet_storage) {
       const value_type* k = packet_row(h, j);
-      const auto* v = values.packet_row(h, jv);
-      if (k && v && n == values.cols()) return simd::dot_axpy<Backend>(q, k, n, a, v, o);
+      const auto* v = values.packet_row(hv, jv);
+      if (k && v && n == values.cols()) {
+        // a token's heads side by side: ask for the rows 1 KiB on (none where each head's
+        // rows lie back to back, whose streams the hardware follows; see accumulate_one_query)
+        if (four_rows_ok) return simd::dot_axpy<Backend>(q, k, n, a, v, o);
+        return simd::dot_axpy<Backend, prefetch_bytes>(q, k, n, a, v, o);
+      }
     }
     const Real s = dot(h, j, q);
-    values.axpy(h, jv, a, o);
+    values.axpy(hv, jv, a, o);
     return s;
   }
   /// Row j of head h where the packet kernels read it as stored (in place, or widened in
@@ -241,6 +246,8 @@ struct kv_row_source {
   }
   /// Values per row.
   Index cols() const noexcept { return n; }
+  /// How far on dot_axpy asks for key and value rows that lie a token's heads side by side.
+  static constexpr int prefetch_bytes = 1024;
   /// The most keys one axpy_block call takes.
   static constexpr int max_block = 16;
   /// o[i] += sum_c p[i][c] · row j + c of head h, c < keys (<= max_block) in order, i < m:

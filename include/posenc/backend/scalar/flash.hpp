@@ -368,8 +368,8 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// stream of whole rows, where one head at a time reads 512 bytes of every 4 KiB row
 /// (d = 128, 8 heads), an access pattern the hardware prefetchers follow at about half
 /// the bandwidth. One query row per key and value row (MHA, one query) reads a tile's
-/// keys beside the tile before it's values (accumulate_one_query), with no software
-/// prefetch: the hardware's streams outran one 16 keys ahead (0.85-0.90x). A GQA group's
+/// keys beside the tile before it's values (accumulate_one_query), asking for rows 1 KiB
+/// ahead only over a token-major cache (KRows::dot_axpy). A GQA group's
 /// block kernels prefetch where each head's rows lie back to back (head-major K/V:
 /// 1.24-1.40x at one thread), and not where they lie 4 KiB apart (token-major:
 /// 0.70-0.84x, into L1 or L2). GCC had deleted every one of these prefetches until
@@ -393,55 +393,82 @@ struct head_rows {
         block_s(static_cast<std::size_t>(rows)) {}
 };
 
-/// accumulate_heads for one query row per key row and per value row (MHA, one query):
-/// tile t's dot products and tile t - 1's value rows in one pass, key by key across the
-/// heads, each key row's packets loaded beside a value row's (KRows::dot_axpy), so K and
-/// V are read as two streams side by side, as the read roofline reads them. Tile by tile
-/// (a pass over K, then one over V) each pass was one stream, which the hardware
-/// prefetchers of Zen 3 bring in at about 0.75x the rate of two: 1.1-1.5x from memory
-/// (docs/benchmarks.md, issue 27). Each tile's softmax step runs once its dots are taken
-/// and before the next tile's pass adds its values, and each output value takes its rows
-/// in key order, one FMA each: the bits of the tile-by-tile order. The scores of the
-/// tile being read are row 0 of ws[h].s (where softmax_step works); the probabilities of
-/// the tile before it wait in row 1 (decode's workspaces hold decode_rows rows).
-template <class Policy, class Real, class KRows, class VRows>
-POSENC_NOINLINE void accumulate_one_query(const head_context<Policy, Real>* hcs, KRows& ks,
-                                          VRows& vs, Index count, const call_info& ci, Index kbeg,
-                                          Index kend, workspace<Real>* ws,
-                                          head_rows<Real>& hr) noexcept {
+/// A run of keys [kbeg, kend) of heads [h0, h0 + count) that decode's one-query MHA path
+/// (accumulate_one_query) reads as one softmax state per head: one chunk of every head
+/// of a token (token-major K/V), or of one head (head-major). hcs[i] and ws[i] are head
+/// h0 + i's context and workspace (loaded by begin_block); h0 indexes the row sources.
+template <class Policy, class Real>
+struct key_segment {
+  const head_context<Policy, Real>* hcs = nullptr;
+  workspace<Real>* ws = nullptr;
+  Index h0 = 0, count = 0, kbeg = 0, kend = 0;
+  Index tag = 0;  ///< the caller's (which partial state the segment fills)
+};
+
+/// Decode with one query row per key row and per value row (MHA, one query): each
+/// segment's tiles in turn, tile t's dot products taken in the pass that adds tile t - 1's
+/// value rows, key by key across the segment's heads, each key row's packets loaded beside
+/// a value row's (KRows::dot_axpy), so K and V are read as two streams side by side, as
+/// the read roofline reads them. Tile by tile (a pass over K, then one over V) each pass
+/// was one stream, which the hardware prefetchers of Zen 3 bring in at about 0.75x the
+/// rate of two: 1.1-1.5x from memory (docs/benchmarks.md, issue 27). The pipeline runs
+/// on across segments (segments.next() gives the next one, begun; segments.done(seg) is
+/// called once its last values are in): a segment's first dots are taken beside the last
+/// values of the segment before it, so only the first tile's keys and the last tile's
+/// values of all the segments a thread is given are read as one stream (within a chunk of
+/// 1024 keys they were a quarter of its bytes). Each tile's softmax step runs once its
+/// dots are taken and before the next tile's pass adds its values, and each output value
+/// takes its rows in key order, one FMA each: the bits of the tile-by-tile order, whatever
+/// the segments' order. The scores of the tile being read are row 0 of ws[i].s (where
+/// softmax_step works); the probabilities of the tile before it wait in row 1 (decode's
+/// workspaces hold decode_rows rows), so a segment's workspaces must not be begun again
+/// before it is done. Software prefetch 16 keys ahead lost (0.85-0.90x); 1 KiB ahead in
+/// the stream pays over a token-major cache only (KRows::dot_axpy).
+template <class Policy, class Real, class KRows, class VRows, class Segments>
+POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info& ci,
+                                          Segments& segments) noexcept {
   static_assert(tiles<Real>::decode_rows >= 2, "the pending probabilities need a second row");
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index dot_run = 4;  // keys per dot_rows call (one head alone)
-  Index jp = kbeg, np = 0;      // the tile whose values are pending
-  for (Index j0 = kbeg;; j0 += bk) {
-    const Index nk = j0 < kend ? std::min(bk, kend - j0) : 0;
+  key_segment<Policy, Real> cur, pend;
+  bool more = segments.next(cur);
+  Index j0 = cur.kbeg, jp = 0, np = 0;  // [jp, jp + np): pend's tile whose values wait
+  for (;;) {
+    const Index nk = more ? std::min(bk, cur.kend - j0) : 0;
     const Index both = std::min(nk, np);
     // keys [0, both): a key of each tile per head, its key and value rows read side by side
     for (Index c = 0; c < both; ++c)
-      for (Index h = 0; h < count; ++h) {
-        const auto i = static_cast<std::size_t>(h);
-        ws[h].s(0, c) = ks.dot_axpy(h, j0 + c, hr.q[i], vs, jp + c, ws[h].s(1, c), hr.o[i]);
-      }
+      for (Index i = 0; i < cur.count; ++i)
+        cur.ws[i].s(0, c) =
+            ks.dot_axpy(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data(), vs, pend.h0 + i, jp + c,
+                        pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
     // the first tile's dots, or the last tile's values, alone
-    if (count == 1) {  // one head: the query row in registers over runs of its key rows
+    if (cur.count == 1) {  // one head: the query row in registers over runs of its key rows
       for (Index c = both; c < nk; c += dot_run)
-        ks.dot_rows(0, j0 + c, static_cast<int>(std::min(dot_run, nk - c)), hr.q[0],
-                    ws[0].s.row(0).data() + c);
+        ks.dot_rows(cur.h0, j0 + c, static_cast<int>(std::min(dot_run, nk - c)),
+                    cur.ws[0].q.row(0).data(), cur.ws[0].s.row(0).data() + c);
     } else {
       for (Index c = both; c < nk; ++c)
-        for (Index h = 0; h < count; ++h)
-          ws[h].s(0, c) = ks.dot(h, j0 + c, hr.q[static_cast<std::size_t>(h)]);
+        for (Index i = 0; i < cur.count; ++i)
+          cur.ws[i].s(0, c) = ks.dot(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data());
     }
     for (Index c = both; c < np; ++c)
-      for (Index h = 0; h < count; ++h)
-        vs.axpy(h, jp + c, ws[h].s(1, c), hr.o[static_cast<std::size_t>(h)]);
+      for (Index i = 0; i < pend.count; ++i)
+        vs.axpy(pend.h0 + i, jp + c, pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
+    if (np > 0 && jp + np >= pend.kend) segments.done(pend);
     if (nk == 0) return;
-    for (Index h = 0; h < count; ++h) {
-      softmax_step(hcs[h], ci, 0, 0, j0, nk, kend, ws[h]);
-      ws[h].s.row(1).head(nk) = ws[h].s.row(0).head(nk);
+    for (Index i = 0; i < cur.count; ++i) {
+      softmax_step(cur.hcs[i], ci, 0, 0, j0, nk, cur.kend, cur.ws[i]);
+      cur.ws[i].s.row(1).head(nk) = cur.ws[i].s.row(0).head(nk);
     }
+    pend = cur;
     jp = j0;
     np = nk;
+    j0 += nk;
+    if (j0 >= cur.kend) {
+      more = segments.next(cur);
+      j0 = cur.kbeg;
+    }
   }
 }
 
@@ -450,8 +477,8 @@ POSENC_NOINLINE void accumulate_one_query(const head_context<Policy, Real>* hcs,
 /// the dot products of all their query rows with a block of key rows are taken together
 /// (KRows::dot_block, a packet's width of keys) and all their output rows take a block of
 /// value rows together (VRows::axpy_block, each output value kept in a register over the
-/// block), so each K and V row is read once per group. One query row per key and per
-/// value row (MHA, one query) takes accumulate_one_query; one per key row alone (keys a
+/// block), so each K and V row is read once per group. (One query row per key and per
+/// value row, MHA with one query, is accumulate_one_query's.) One per key row alone (keys a
 /// policy transforms per query head, GQA values) takes its dots key by key across the
 /// heads (KRows::dot). Out of line: inlined into the decode driver, GCC compiled the GQA
 /// block paths differently and half / bfloat16 GQA decode ran 0.81-0.95x (Zen 3).
@@ -474,8 +501,6 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
     }
   const int key_rows = static_cast<int>(key_group * nb),
             value_rows = static_cast<int>(value_group * nb);
-  if (key_rows == 1 && value_rows == 1)
-    return accumulate_one_query(hcs, ks, vs, count, ci, kbeg, kend, ws, hr);
   // the block kernels' prefetches, where the rows of a head lie back to back (see above)
   const bool block_prefetch = ks.rows_back_to_back() && vs.rows_back_to_back();
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {

@@ -695,8 +695,10 @@ inline void axpy(float alpha, const T* x, Index n, float* y) noexcept {
 /// and of the value row v loaded side by side, so that two streams from memory are in
 /// flight together (decode's key and value passes, backend/scalar/flash.hpp). The dot's
 /// accumulators and order are dot's and each y value takes the one FMA of axpy: the bits
-/// of the two calls. Needs has_widening_ops_v<Arch, TK> and <Arch, TV>.
-template <class Arch, class TK, class TV>
+/// of the two calls. Ahead > 0: each cache line of k and v read is asked for again Ahead
+/// bytes on (rows that continue in memory: a token's next heads, the next token's). Needs
+/// has_widening_ops_v<Arch, TK> and <Arch, TV>.
+template <class Arch, int Ahead = 0, class TK, class TV>
 inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const TV* v,
                       float* y) noexcept {
   using IK = storage_io<TK, Arch>;
@@ -705,9 +707,22 @@ inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const T
   constexpr Index W = P::size;
   const P al = P::broadcast(alpha);
   const auto update = [&](Index i) { fmadd(al, IV::load(v + i), P::load(y + i)).store(y + i); };
+  // one prefetch per cache line of a step's 4 W values (no more than a line's worth apart)
+  const auto ask_ahead = [&](const auto* x, Index i) {
+    if constexpr (Ahead > 0) {
+      constexpr int step = static_cast<int>(4 * W * sizeof(*x));
+      const char* b = reinterpret_cast<const char*>(x + i) + Ahead;
+      for (int off = 0; off < step; off += 64) POSENC_PREFETCH(b + off);
+    } else {
+      static_cast<void>(x);
+      static_cast<void>(i);
+    }
+  };
   P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
   Index i = 0;
   for (; i + 4 * W <= n; i += 4 * W) {
+    ask_ahead(k, i);
+    ask_ahead(v, i);
     a0 = fmadd(P::load(a + i), IK::load(k + i), a0);
     update(i);
     a1 = fmadd(P::load(a + i + W), IK::load(k + i + W), a1);
