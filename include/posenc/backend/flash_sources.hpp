@@ -72,14 +72,14 @@ kv_block<Real> kv_source(const strided_view<T, 2>& x) noexcept {
   return blk;
 }
 
-/// Decode's keys (or values), row by row, for accumulate_heads and accumulate_one_query: dot(h, j,
-/// q) and axpy(h, j, a, o) take row j of query head h's block (hcs[h].*block) where it is; a block
-/// that converts (kv_block::convert: 16-bit or strided storage of T) is read straight from the
-/// caller's row, widened in registers, when the backend has packet loads for T and the rows have
-/// unit stride, else converted into a one-row buffer as it is visited (the query heads of a group,
-/// visited in turn, share the conversion). Every path ends in the same float kernel (simd::dot /
-/// simd::axpy with packets, Eigen's without), so 16-bit and strided inputs give exactly the float
-/// result of the same values.
+/// Decode's keys (or values), row by row, for accumulate_heads and accumulate_one_query:
+/// dot(h, j, q) and axpy(h, j, a, o) take row j of query head h's block (hcs[h].*block)
+/// where it is; a block that converts (kv_block::convert: 16-bit or strided storage of T)
+/// is read straight from the caller's row, widened in registers, when the backend has
+/// packet loads for T and the rows have unit stride, else converted into a one-row buffer
+/// as it is visited (the query heads of a group, visited in turn, share the conversion).
+/// Every path ends in the same float kernel (simd::dot / simd::axpy with packets, Eigen's
+/// without), so 16-bit and strided inputs give exactly the float result of the same values.
 template <class Backend, class Policy, class Real, class T>
 struct kv_row_source {
   using value_type = std::remove_cv_t<T>;
