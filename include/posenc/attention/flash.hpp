@@ -491,13 +491,9 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
       const auto save_done = [&](const key_segment<Policy, Real>& seg) {
         for (Index i = 0; i < seg.count; ++i) save_state(seg.ws[i], b, seg.h0 + i, seg.tag);
       };
-      struct {
-        decltype(begin_next)& next;
-        decltype(save_done)& done;
-      } segments{begin_next, save_done};
       kv_row_source<Backend, Policy, Real, TK> kr(hb, &head_context<Policy, Real>::k);
       kv_row_source<Backend, Policy, Real, TV> vr(hb, &head_context<Policy, Real>::v);
-      accumulate_one_query<Policy, Real>(kr, vr, p.ci, segments);
+      accumulate_one_query<Policy, Real>(kr, vr, p.ci, begin_next, save_done);
     });
   } else {
     // A unit is (batch, chunk) over every head: the heads of one token lie side by side

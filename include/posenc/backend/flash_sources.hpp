@@ -222,7 +222,7 @@ struct kv_row_source {
       if (k && v && n == values.cols()) {
         // a token's heads side by side: ask for the rows 1 KiB on (none where each head's
         // rows lie back to back, whose streams the hardware follows; see accumulate_one_query)
-        if (four_rows_ok) return simd::dot_axpy<Backend>(q, k, n, a, v, o);
+        if (rows_back_to_back()) return simd::dot_axpy<Backend>(q, k, n, a, v, o);
         return simd::dot_axpy<Backend, prefetch_bytes>(q, k, n, a, v, o);
       }
     }

@@ -412,8 +412,8 @@ struct key_segment {
 /// the read roofline reads them. Tile by tile (a pass over K, then one over V) each pass
 /// was one stream, which the hardware prefetchers of Zen 3 bring in at about 0.75x the
 /// rate of two: 1.1-1.5x from memory (docs/benchmarks.md, issue 27). The pipeline runs
-/// on across segments (segments.next() gives the next one, begun; segments.done(seg) is
-/// called once its last values are in): a segment's first dots are taken beside the last
+/// on across segments (next(seg) begins the next one into seg, false when none is left;
+/// done(seg) is called once its last values are in): a segment's first dots beside the last
 /// values of the segment before it, so only the first tile's keys and the last tile's
 /// values of all the segments a thread is given are read as one stream (within a chunk of
 /// 1024 keys they were a quarter of its bytes). Each tile's softmax step runs once its
@@ -424,14 +424,14 @@ struct key_segment {
 /// workspaces hold decode_rows rows), so a segment's workspaces must not be begun again
 /// before it is done. Software prefetch 16 keys ahead lost (0.85-0.90x); 1 KiB ahead in
 /// the stream pays over a token-major cache only (KRows::dot_axpy).
-template <class Policy, class Real, class KRows, class VRows, class Segments>
-POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info& ci,
-                                          Segments& segments) noexcept {
+template <class Policy, class Real, class KRows, class VRows, class Next, class Done>
+POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info& ci, Next&& next,
+                                          Done&& done) noexcept {
   static_assert(tiles<Real>::decode_rows >= 2, "the pending probabilities need a second row");
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index dot_run = 4;  // keys per dot_rows call (one head alone)
   key_segment<Policy, Real> cur, pend;
-  bool more = segments.next(cur);
+  bool more = next(cur);
   Index j0 = cur.kbeg, jp = 0, np = 0;  // [jp, jp + np): pend's tile whose values wait
   for (;;) {
     const Index nk = more ? std::min(bk, cur.kend - j0) : 0;
@@ -455,7 +455,7 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
     for (Index c = both; c < np; ++c)
       for (Index i = 0; i < pend.count; ++i)
         vs.axpy(pend.h0 + i, jp + c, pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
-    if (np > 0 && jp + np >= pend.kend) segments.done(pend);
+    if (np > 0 && jp + np >= pend.kend) done(pend);
     if (nk == 0) return;
     for (Index i = 0; i < cur.count; ++i) {
       softmax_step(cur.hcs[i], ci, 0, 0, j0, nk, cur.kend, cur.ws[i]);
@@ -466,7 +466,7 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
     np = nk;
     j0 += nk;
     if (j0 >= cur.kend) {
-      more = segments.next(cur);
+      more = next(cur);
       j0 = cur.kbeg;
     }
   }
