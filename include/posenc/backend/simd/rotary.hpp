@@ -64,10 +64,36 @@ namespace simd {
 /// stack ([c0 c0 c1 c1 ...], [-s0 s0 -s1 s1 ...]); wider rotations expand per chunk.
 inline constexpr Index rope_stack_dims = 1024;
 
+/// How far ahead a call on float or double storage that streams from memory
+/// (rope_token::streaming) asks for a head's cache lines: each line it reads is asked for
+/// again this many bytes on, along the head and into the next heads and tokens (which
+/// follow in memory in a [tokens, heads, dim] buffer). q and k in place, [4096, 32, 128]
+/// float on Zen 3, calls alternated in one process: 1.04-1.08x at one thread with 1-4 KiB
+/// (both pairings, cached and on the fly), none with 512 B, 0.99-1.03x at two; 16-bit
+/// storage ran 0.94-1.01x and asks for nothing (docs/benchmarks.md).
+inline constexpr Index rope_stream_ahead = 2048;
+
 template <class Arch, class T, class C>
 void rope_rotate(const kernels::rope_token<T, C>& t) noexcept;
 
 namespace detail {
+
+/// Asks for the cache line rope_stream_ahead bytes past x + i, once per 64 bytes of a
+/// head (i: the head's element offset, a multiple of a packet), in streaming calls on
+/// float or double storage only.
+template <class T>
+POSENC_INLINE void rope_ask_ahead(bool streaming, const T* x, Index i) noexcept {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (streaming && (i * static_cast<Index>(sizeof(T))) % 64 == 0) {
+      POSENC_PREFETCH(reinterpret_cast<const char*>(x + i) + rope_stream_ahead);
+      POSENC_PREFETCH_KEEP(x);  // a function that only prefetches is not dead code (config.hpp)
+    }
+  } else {
+    static_cast<void>(streaming);
+    static_cast<void>(x);
+    static_cast<void>(i);
+  }
+}
 
 /// Partial rotary: dims [r, D) pass through bit for bit (only out of place).
 template <class T, class C>
@@ -95,6 +121,7 @@ void rope_half(const kernels::rope_token<T, C>& t) noexcept {
   const T* const in = t.in;
   T* const out = t.out;
   const Index heads = t.heads, ihs = t.in_head_stride, ohs = t.out_head_stride;
+  const bool streaming = t.streaming;
   const P sign = P::broadcast(t.inverse ? C(-1) : C(1));  // exact: the inverse negates sin
   constexpr std::size_t regs{K > 0 ? K : 1};              // array bounds are unsigned
   P c[regs], s[regs];
@@ -106,6 +133,8 @@ void rope_half(const kernels::rope_token<T, C>& t) noexcept {
     const T* x = in + h * ihs;
     T* y = out + h * ohs;
     for (int k = 0; k < K; ++k) {
+      rope_ask_ahead(streaming, x, k * W);
+      rope_ask_ahead(streaming, x, k * W + off);
       P ya, yb;
       math::rotate_pair_fused(IO::load(x + k * W), IO::load(x + k * W + off), c[k], s[k], ya, yb);
       IO::store(y + k * W, ya);
@@ -114,6 +143,8 @@ void rope_half(const kernels::rope_token<T, C>& t) noexcept {
     Index i = K * W;
     if constexpr (K == 0)
       for (; i + W <= pairs; i += W) {
+        rope_ask_ahead(streaming, x, i);
+        rope_ask_ahead(streaming, x, i + off);
         P ya, yb;
         math::rotate_pair_fused(IO::load(x + i), IO::load(x + i + off), P::load(cs + i),
                                 sign * P::load(sn + i), ya, yb);
@@ -181,10 +212,12 @@ void rope_interleaved(const kernels::rope_token<T, C>& t, const C* cb, const C* 
   const T* const in = t.in;
   T* const out = t.out;
   const Index ihs = t.in_head_stride, ohs = t.out_head_stride;
+  const bool streaming = t.streaming;
   for (Index h = 0; h < t.heads; ++h) {
     const T* x = in + h * ihs;
     T* y = out + h * ohs;
     for (int k = 0; k < K; ++k) {
+      rope_ask_ahead(streaming, x, k * W);
       const P v = IO::load(x + k * W);
       IO::store(y + k * W, fmadd(swap_pairs(v), s[k], v * c[k]));
     }
@@ -342,6 +375,7 @@ void rope_rotate(const kernels::rope_token<T, C>& t) noexcept {
       Index e = 0;
       for (; e + W <= r; e += W) {
         const P c = P::load(cb + e), s = P::load(sb + e);
+        if constexpr (decltype(g)::value == 1) detail::rope_ask_ahead(t.streaming, x, e);
         for (Index j = 0; j < g; ++j) v[j] = IO::load(x + j * ihs + e);
         for (Index j = 0; j < g; ++j)
           IO::store(y + j * ohs + e, fmadd(swap_pairs(v[j]), s, v[j] * c));
