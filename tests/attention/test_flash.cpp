@@ -485,7 +485,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // ones token-major: the same bits. MHA reads each key row beside a value row (dot_axpy:
   // dot's and axpy's bits) and, head-major, a chunk's first tile with the query row held
   // in registers over a run of keys where its packets fit (d 64 and 128 on AVX-512, 64
-  // on AVX2; d 72 takes dot per key): dot's bits, key by key.
+  // on AVX2; d 72 takes dot per key): dot's bits, key by key. Token-major value rows a
+  // multiple of 4 KiB apart (8 float heads of 128, 16 of 128; 16 half heads of 128) take
+  // blocks of 8 value rows on AVX2 (kv_row_source::value_block), head-major ones 16: the
+  // same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
@@ -508,7 +511,8 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   for (const sizes& z : {sizes{1, 8, 8, 1, 2100, 128, 128}, sizes{2, 8, 2, 3, 1500, 72, 40},
                          sizes{1, 4, 1, 1, 1030, 64, 64}, sizes{1, 8, 2, 1, 1100, 128, 128},
                          sizes{2, 8, 2, 1, 1100, 136, 136}, sizes{1, 4, 4, 1, 1030, 64, 64},
-                         sizes{2, 4, 4, 1, 700, 72, 72}}) {
+                         sizes{2, 4, 4, 1, 700, 72, 72}, sizes{1, 32, 8, 1, 1030, 128, 128},
+                         sizes{1, 32, 16, 2, 700, 128, 128}}) {
     INFO("heads " << z.heads << "/" << z.kv_heads << ", Lq " << z.len_q << ", d " << z.dim);
     const problem<float> p(z, 71);
     check(p, posenc::no_position_policy{});

@@ -489,7 +489,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
                                       workspace<Real>* ws, head_rows<Real>& hr) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
   constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
-  constexpr Index vb = VRows::max_block;
+  const Index vb = vs.value_block();   // keys per value block (<= VRows::max_block)
   constexpr Index dot_keys = KRows::dot_block_keys();
   for (Index h = 0; h < count; ++h)
     for (Index r = 0; r < nb; ++r) {
