@@ -370,9 +370,10 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// the bandwidth. One query row per key and value row (MHA, one query) reads a tile's
 /// keys beside the tile before it's values (accumulate_one_query), asking for rows 1 KiB
 /// ahead only over a token-major cache (KRows::dot_axpy). A GQA group's
-/// block kernels prefetch where each head's rows lie back to back (head-major K/V:
-/// 1.24-1.40x at one thread), and not where they lie 4 KiB apart (token-major:
-/// 0.70-0.84x, into L1 or L2). GCC had deleted every one of these prefetches until
+/// block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
+/// K/V: 1.24-1.40x at one thread), 8 keys on over a token-major cache of 16-bit rows, and
+/// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
+/// block_prefetch_keys). GCC had deleted every one of these prefetches until
 /// 2026-11-28 (config.hpp), so the distances and streams tried before that date
 /// measured no prefetch at all (docs/benchmarks-history.md). The same steps as
 /// accumulate with dot products and row updates instead of GEMMs, so sums run in another
@@ -488,8 +489,8 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
                                       const call_info& ci, Index nb, Index kbeg, Index kend,
                                       workspace<Real>* ws, head_rows<Real>& hr) noexcept {
   constexpr Index bk = tiles<Real>::block_k;
-  constexpr Index prefetch_keys = 64;  // see above (d = 128, 8 heads)
-  const Index vb = vs.value_block();   // keys per value block (<= VRows::max_block)
+  constexpr Index row_prefetch_keys = 64;  // one query row per key row (d = 128, 8 heads)
+  const Index vb = vs.value_block();       // keys per value block (<= VRows::max_block)
   constexpr Index dot_keys = KRows::dot_block_keys();
   for (Index h = 0; h < count; ++h)
     for (Index r = 0; r < nb; ++r) {
@@ -501,16 +502,18 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
     }
   const int key_rows = static_cast<int>(key_group * nb),
             value_rows = static_cast<int>(value_group * nb);
-  // the block kernels' prefetches, where the rows of a head lie back to back (see above)
-  const bool block_prefetch = ks.rows_back_to_back() && vs.rows_back_to_back();
+  // the block kernels' prefetches and how far on they ask (KRows::block_prefetch_keys;
+  // none where either side's rows take none)
+  const Index block_prefetch_keys = std::min(ks.block_prefetch_keys(), vs.block_prefetch_keys());
+  const bool block_prefetch = block_prefetch_keys > 0;
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
     // value rows, the next tile's key rows. At step t of it (t < nk: key row t, else value
-    // row t - nk) the row prefetch_keys steps on is asked for, so the first rows of each
-    // pass are in flight when the pass before it ends.
-    const auto prefetch_ahead = [&](Index h, Index t) {
-      const Index a = t + prefetch_keys;
+    // row t - nk) the row `ahead` steps on is asked for, so the first rows of each pass
+    // are in flight when the pass before it ends.
+    const auto prefetch_ahead = [&](Index h, Index t, Index ahead) {
+      const Index a = t + ahead;
       if (a < nk)
         ks.prefetch(h, j0 + a);
       else if (a < 2 * nk)
@@ -526,7 +529,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       // in this order summed as a block lost 12-25 % (docs/benchmarks-history.md, issue 27)
       for (Index c = 0; c < nk; ++c)
         for (Index h0 = 0; h0 < count; ++h0) {
-          prefetch_ahead(h0, c);
+          prefetch_ahead(h0, c, row_prefetch_keys);
           ws[h0].s(0, c) = ks.dot(h0, j0 + c, hr.q[static_cast<std::size_t>(h0 * nb)]);
         }
     } else {
@@ -535,7 +538,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
         const int n = static_cast<int>(std::min(dot_keys, nk - c0));
         for (Index h0 = 0; h0 < count; h0 += key_group) {
           if (block_prefetch)
-            for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(h0, c);
+            for (Index c = c0; c < c0 + n; ++c) prefetch_ahead(h0, c, block_prefetch_keys);
           for (int i = 0; i < key_rows; ++i)
             hr.block_s[static_cast<std::size_t>(i)] =
                 hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
@@ -551,7 +554,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       const int kb = static_cast<int>(std::min(vb, nk - c0));
       for (Index h0 = 0; h0 < count; h0 += value_group) {
         if (block_prefetch)
-          for (Index c = c0; c < c0 + kb; ++c) prefetch_ahead(h0, nk + c);
+          for (Index c = c0; c < c0 + kb; ++c) prefetch_ahead(h0, nk + c, block_prefetch_keys);
         for (int i = 0; i < value_rows; ++i)
           probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)] + c0;
         vs.axpy_block(h0, j0 + c0, kb, probs, value_rows, hr.o.data() + h0 * nb);
