@@ -284,24 +284,36 @@ void time_against_roofline(benchmark::State& state, double bytes, double roof, C
         static_cast<double>(state.iterations()) * bytes * 1e-9 / seconds / roof;
 }
 
-// 64 bytes of floats as one value (GCC's and clang's vector extension; two or four
-// registers where the CPU's vectors are narrower). `x * w + a` on it compiles to fused
-// multiply-adds where the target has them (GCC's and clang's default contraction).
-typedef float floats16 __attribute__((vector_size(64)));
+// One register of floats (GCC's and clang's vector extension) at the CPU's own width:
+// a vector wider than the target's registers is lowered through the stack (on AVX2 a
+// 64-byte one moves through general registers), and the loop would time that instead of
+// its reads. `x * w + a` compiles to fused multiply-adds where the target has them (GCC's
+// and clang's default contraction).
+#if defined(__AVX512F__)
+constexpr int order_vector_bytes = 64;
+#elif defined(__AVX__)
+constexpr int order_vector_bytes = 32;
+#else
+constexpr int order_vector_bytes = 16;
+#endif
+typedef float order_vector __attribute__((vector_size(order_vector_bytes)));
+constexpr int order_lanes = order_vector_bytes / static_cast<int>(sizeof(float));
 
 // K then V of each 256-key tile of a [keys, 8 heads, 128] float cache, in the order a
 // decode kernel reads them: `Rows` key rows of one head at a time (1: key by key across
 // the heads, which is address order; 16: 512 bytes of each of 16 rows 4 KiB apart, head
 // by head, the order of a GQA group's block kernels), with `Fmas` fused multiply-adds per
-// 64 bytes loaded (a GQA group of 4 query heads does 4 per 64 bytes of K and of V), their
+// vector loaded (a GQA group of 4 query heads does 4 per vector of K and of V), their
 // other operand a register or (`QueryLoads`) a load of the head's query rows (4 rows of
-// each of the 8 heads, 16 KiB, which stay in L1), as a kernel loads them.
+// each of the 8 heads, 16 KiB, which stay in L1), as a kernel loads them. Eight sums,
+// eight independent FMA chains, in registers at every width.
 template <int Rows, int Fmas, bool QueryLoads>
 float read_in_order(const float* k, const float* v, Index keys, const float* q) {
   constexpr Index heads = 8, d = 128, row = heads * d, tile = 256;
-  floats16 acc[8] = {};
-  floats16 w;
-  for (int l = 0; l < 16; ++l) w[l] = 0.999f;
+  constexpr int vectors = d / order_lanes;  // per row of one head
+  order_vector acc[8] = {};
+  order_vector w;
+  for (int l = 0; l < order_lanes; ++l) w[l] = 0.999f;
   for (Index j0 = 0; j0 < keys; j0 += tile) {
     const Index n = std::min(tile, keys - j0);
     for (const float* base : {k + j0 * row, v + j0 * row})
@@ -309,20 +321,21 @@ float read_in_order(const float* k, const float* v, Index keys, const float* q) 
         const Index c1 = std::min<Index>(c0 + Rows, n);
         for (Index h = 0; h < heads; ++h)
           for (Index c = c0; c < c1; ++c)
-            for (int j = 0; j < 8; ++j) {
-              floats16 x;
-              std::memcpy(&x, base + c * row + h * d + 16 * j, sizeof x);
+#pragma GCC unroll 32  // unrolled whole, so that the eight sums are registers, not an array
+            for (int j = 0; j < vectors; ++j) {
+              order_vector x;
+              std::memcpy(&x, base + c * row + h * d + order_lanes * j, sizeof x);
               for (int f = 0; f < Fmas; ++f) {
                 if constexpr (QueryLoads)  // head h's query rows: [8 heads][4 rows][128]
-                  std::memcpy(&w, q + ((h * 4 + f) * 8 + j) * 16, sizeof w);
-                acc[j] = x * w + acc[j];
+                  std::memcpy(&w, q + (h * 4 + f) * d + order_lanes * j, sizeof w);
+                acc[j % 8] = x * w + acc[j % 8];
               }
             }
       }
   }
-  floats16 s = acc[0];
+  order_vector s = acc[0];
   for (int j = 1; j < 8; ++j) s += acc[j];
-  return s[0] + s[15];
+  return s[0] + s[order_lanes - 1];
 }
 
 // POSENC_DECODE_BENCH=order: read_order/keys/rows/fmas/query_loads, one thread: whether
