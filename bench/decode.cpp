@@ -464,7 +464,7 @@ int main(int argc, char** argv) {
     for (long keys : {1280L, 16384L})
       benchmark::RegisterBenchmark("read_order", read_order)
           ->ArgsProduct({{keys}, {1, 16}, {1, 4}, {0}})
-          ->Args({keys, 1, 1, 1})  // MHA's mix: one FMA and one query load per 64 bytes
+          ->Args({keys, 1, 1, 1})  // MHA's mix: one FMA and one query load per vector
           ->Args({keys, 1, 4, 1})
           ->Args({keys, 16, 4, 1})  // GQA's block kernels: their order and load mix
           ->UseManualTime()
