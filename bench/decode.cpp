@@ -284,36 +284,23 @@ void time_against_roofline(benchmark::State& state, double bytes, double roof, C
         static_cast<double>(state.iterations()) * bytes * 1e-9 / seconds / roof;
 }
 
-// One register of floats (GCC's and clang's vector extension) at the CPU's own width:
-// a vector wider than the target's registers is lowered through the stack (on AVX2 a
-// 64-byte one moves through general registers), and the loop would time that instead of
-// its reads. `x * w + a` compiles to fused multiply-adds where the target has them (GCC's
-// and clang's default contraction).
-#if defined(__AVX512F__)
-constexpr int order_vector_bytes = 64;
-#elif defined(__AVX__)
-constexpr int order_vector_bytes = 32;
-#else
-constexpr int order_vector_bytes = 16;
-#endif
-typedef float order_vector __attribute__((vector_size(order_vector_bytes)));
-constexpr int order_lanes = order_vector_bytes / static_cast<int>(sizeof(float));
-
 // K then V of each 256-key tile of a [keys, 8 heads, 128] float cache, in the order a
 // decode kernel reads them: `Rows` key rows of one head at a time (1: key by key across
 // the heads, which is address order; 16: 512 bytes of each of 16 rows 4 KiB apart, head
 // by head, the order of a GQA group's block kernels), with `Fmas` fused multiply-adds per
-// vector loaded (a GQA group of 4 query heads does 4 per vector of K and of V), their
+// packet loaded (a GQA group of 4 query heads does 4 per packet of K and of V), their
 // other operand a register or (`QueryLoads`) a load of the head's query rows (4 rows of
-// each of the 8 heads, 16 KiB, which stay in L1), as a kernel loads them. Eight sums,
-// eight independent FMA chains, in registers at every width.
-template <int Rows, int Fmas, bool QueryLoads>
+// each of the 8 heads, 16 KiB, which stay in L1), as a kernel loads them. P is the decode
+// kernels' own packet (one register); eight sums, eight independent FMA chains, unrolled
+// into registers (held as an array of a type wider than the registers, as this loop once
+// did, GCC moved them through the stack and timed that instead of the reads).
+template <class P, int Rows, int Fmas, bool QueryLoads>
 float read_in_order(const float* k, const float* v, Index keys, const float* q) {
   constexpr Index heads = 8, d = 128, row = heads * d, tile = 256;
-  constexpr int vectors = d / order_lanes;  // per row of one head
-  order_vector acc[8] = {};
-  order_vector w;
-  for (int l = 0; l < order_lanes; ++l) w[l] = 0.999f;
+  constexpr int packets = d / P::size;  // per row of one head
+  P acc[8];
+  for (P& a : acc) a = P::zero();
+  P w = P::broadcast(0.999f);
   for (Index j0 = 0; j0 < keys; j0 += tile) {
     const Index n = std::min(tile, keys - j0);
     for (const float* base : {k + j0 * row, v + j0 * row})
@@ -321,21 +308,20 @@ float read_in_order(const float* k, const float* v, Index keys, const float* q) 
         const Index c1 = std::min<Index>(c0 + Rows, n);
         for (Index h = 0; h < heads; ++h)
           for (Index c = c0; c < c1; ++c)
-#pragma GCC unroll 32  // unrolled whole, so that the eight sums are registers, not an array
-            for (int j = 0; j < vectors; ++j) {
-              order_vector x;
-              std::memcpy(&x, base + c * row + h * d + order_lanes * j, sizeof x);
+#pragma GCC unroll 32
+            for (int j = 0; j < packets; ++j) {
+              const P x = P::load(base + c * row + h * d + P::size * j);
               for (int f = 0; f < Fmas; ++f) {
                 if constexpr (QueryLoads)  // head h's query rows: [8 heads][4 rows][128]
-                  std::memcpy(&w, q + (h * 4 + f) * d + order_lanes * j, sizeof w);
-                acc[j % 8] = x * w + acc[j % 8];
+                  w = P::load(q + (h * 4 + f) * d + P::size * j);
+                acc[j % 8] = fmadd(x, w, acc[j % 8]);
               }
             }
       }
   }
-  order_vector s = acc[0];
-  for (int j = 1; j < 8; ++j) s += acc[j];
-  return s[0] + s[order_lanes - 1];
+  P s = acc[0];
+  for (int j = 1; j < 8; ++j) s = s + acc[j];
+  return reduce_add(s);
 }
 
 // POSENC_DECODE_BENCH=order: read_order/keys/rows/fmas/query_loads, one thread: whether
@@ -343,7 +329,8 @@ float read_in_order(const float* k, const float* v, Index keys, const float* q) 
 // (address order, or a head's rows a block at a time) and loads of the query rows beside
 // them change the rate; GB/s of K + V, and `vs_roofline` over the roofline of the same
 // bytes.
-void read_order(benchmark::State& state) {
+template <class P>
+void read_order_packets(benchmark::State& state) {
   const Index keys = state.range(0), rows = state.range(1), fmas = state.range(2);
   const bool query_loads = state.range(3) != 0;
   const cache<float> c(keys, 8, 128);
@@ -352,18 +339,28 @@ void read_order(benchmark::State& state) {
                                     reinterpret_cast<const char*>(c.v.data), c.bytes(), 1);
   // the registered combinations (main): read_in_order's loops are compile-time constants
   using pass_fn = float (*)(const float*, const float*, Index, const float*);
-  pass_fn pass = read_in_order<16, 4, true>;  // GQA's block kernels
+  pass_fn pass = read_in_order<P, 16, 4, true>;  // GQA's block kernels
   if (rows == 1 && query_loads)
-    pass = fmas == 1 ? read_in_order<1, 1, true> : read_in_order<1, 4, true>;
+    pass = fmas == 1 ? read_in_order<P, 1, 1, true> : read_in_order<P, 1, 4, true>;
   if (rows == 1 && !query_loads)
-    pass = fmas == 1 ? read_in_order<1, 1, false> : read_in_order<1, 4, false>;
+    pass = fmas == 1 ? read_in_order<P, 1, 1, false> : read_in_order<P, 1, 4, false>;
   if (rows == 16 && !query_loads)
-    pass = fmas == 1 ? read_in_order<16, 1, false> : read_in_order<16, 4, false>;
+    pass = fmas == 1 ? read_in_order<P, 16, 1, false> : read_in_order<P, 16, 4, false>;
   time_against_roofline(state, 2.0 * static_cast<double>(c.bytes()), roof, [&] {
     benchmark::DoNotOptimize(pass(c.k.data, c.v.data, keys, q.data()));
   });
   state.SetLabel(std::string(rows == 1 ? "address order" : "16 rows of a head at a time") +
                  (query_loads ? ", query loads" : ""));
+}
+
+void read_order(benchmark::State& state) {
+  using tag = posenc::default_backend;
+  if constexpr (!posenc::simd::has_packet_arch_v<tag>) {
+    state.SkipWithError("read_order times packet loops: build with SIMD flags (-march=native)");
+    return;
+  } else {
+    read_order_packets<posenc::simd::packet<float, posenc::simd::packet_arch_t<tag>>>(state);
+  }
 }
 
 template <class S>
