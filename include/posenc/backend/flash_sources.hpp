@@ -106,7 +106,7 @@ struct kv_row_source {
   }
 
   /// Whether dot_block and axpy_block take the many-row kernels (simd::dot_block_many,
-  /// axpy_rows_many) for m rows sharing a block, on 16-lane packets with 32 registers
+  /// axpy_rows_many) for m rows sharing a block. On 16-lane packets with 32 registers
   /// (AVX-512) and rows of 8 packets or more: from 8 rows (several queries of a GQA group),
   /// and from 4 (one query's group of four) where the rows lie one after another
   /// (head-major K/V, float or 16-bit). There the row-at-a-time kernels reread each block
@@ -115,21 +115,30 @@ struct kv_row_source {
   /// 1.1-1.8x faster, float and 16-bit, on Zen 4 (0.94-1.02x at 4k keys on two threads).
   /// With a token's heads side by side (token-major) the two were within the noise from
   /// memory (0.90-1.17x over page sizes and storage types), so those keep the
-  /// row-at-a-time kernels, as do d = 64 and the AVX2 build's dot products, where they ran
-  /// faster (docs/benchmarks.md; AVX2's value rows: many_output_rows).
+  /// row-at-a-time kernels, as does d = 64. On AVX2 (8 lanes, 16 registers), from 4 rows
+  /// where the rows lie one after another: dot_block_many's register tiles load 6 packets
+  /// for 8 FMAs where dot_block loads 18 for 16, which matters on a core whose L1 gives
+  /// one 256-bit load per cycle against two FMAs (Zen 3: 1.26-1.38x with the rows in L1;
+  /// one query's GQA decode from memory, head-major, 1.05-1.22x, at 4 queries 1.00-1.06x
+  /// but 0.82x in one run of four, calls alternated in one process). Token-major rows
+  /// keep dot_block there too: its first row's pass asks for all 8 rows of a block at
+  /// once, which the tiles do not, and they ran 0.75-0.89x from memory, with or without a
+  /// prefetch of the block's rows (docs/benchmarks.md). AVX2's value rows:
+  /// many_output_rows.
   bool many_rows(int m) const noexcept {
     if constexpr (packet_rows) {
       using P = simd::packet<Real, Backend>;
       if constexpr (P::registers >= 32 && P::size >= 16)
         return n >= 8 * P::size && (m >= 8 || (m >= 4 && four_rows_ok));
+      if constexpr (P::registers < 32 && P::size == 8) return m >= 4 && four_rows_ok;
     }
     static_cast<void>(m);
     return false;
   }
-  /// Whether axpy_block takes axpy_rows_many: where dot_block does (many_rows), and with
-  /// 16 registers (AVX2) from 8 rows (several queries of a GQA group) or from 4 (one
-  /// query's group) of 16-bit rows, of rows of 16 packets or more (d >= 128) or of rows
-  /// back to back (head-major). There axpy_rows keeps four output packets, four chains of
+  /// Whether axpy_block takes axpy_rows_many: on AVX-512 where dot_block does (many_rows),
+  /// and with 16 registers (AVX2) from 8 rows (several queries of a GQA group) or from 4
+  /// (one query's group) of 16-bit rows, of rows of 16 packets or more (d >= 128) or of
+  /// rows back to back (head-major). There axpy_rows keeps four output packets, four chains of
   /// dependent FMAs, too few for two FMA pipes of latency 4 (Zen 3), and axpy_rows_many
   /// eight (four rows x two packets): 1.9-2.2x alone in L1 on Zen 3, decode from memory
   /// 1.32-1.64x at 4 and 8 queries and 1.18-1.48x on half / bfloat16 K/V, and one query's

@@ -114,19 +114,24 @@ inline float reduce_add(avx2_f32 a) noexcept {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
-/// Lane c: the sum of v[c]'s lanes, for c < 8, as a transposed tree (half-vector, pair
-/// and neighbour sums of every input at once; 21 operations for 8 sums).
+/// Lane c: the sum of v_c's lanes, for c < 8, as a transposed tree (half-vector, pair and
+/// neighbour sums of every input at once; 21 operations for 8 sums). Taking the packets as
+/// values lets a kernel that holds its accumulators in registers sum them there.
+inline avx2_f32 reduce_add_each(avx2_f32 v0, avx2_f32 v1, avx2_f32 v2, avx2_f32 v3, avx2_f32 v4,
+                                avx2_f32 v5, avx2_f32 v6, avx2_f32 v7) noexcept {
+  // 128-bit halves: lanes i + (i + 4) of v_k and v_(k + 4) side by side
+  const auto halves = [](avx2_f32 a, avx2_f32 b) {
+    return _mm256_add_ps(_mm256_permute2f128_ps(a.v, b.v, 0x20),
+                         _mm256_permute2f128_ps(a.v, b.v, 0x31));
+  };
+  const __m256 u0 = halves(v0, v4), u1 = halves(v1, v5), u2 = halves(v2, v6), u3 = halves(v3, v7);
+  // pairs within each half, then neighbours
+  const __m256 x0 = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, 0x44), _mm256_shuffle_ps(u0, u1, 0xEE));
+  const __m256 x1 = _mm256_add_ps(_mm256_shuffle_ps(u2, u3, 0x44), _mm256_shuffle_ps(u2, u3, 0xEE));
+  return {_mm256_add_ps(_mm256_shuffle_ps(x0, x1, 0x88), _mm256_shuffle_ps(x0, x1, 0xDD))};
+}
 inline avx2_f32 reduce_add_each(const avx2_f32* v) noexcept {
-  // the tree leaves input slot 2t + h in lane 4h + t: feed slot s with v[4 (s % 2) + s / 2]
-  const auto in = [v](int s) { return v[4 * (s % 2) + s / 2].v; };
-  __m256 u[4], x[2];
-  for (int k = 0; k < 4; ++k)  // 128-bit halves: lanes i + (i + 4), two inputs per vector
-    u[k] = _mm256_add_ps(_mm256_permute2f128_ps(in(2 * k), in(2 * k + 1), 0x20),
-                         _mm256_permute2f128_ps(in(2 * k), in(2 * k + 1), 0x31));
-  for (int k = 0; k < 2; ++k)  // pairs within each half
-    x[k] = _mm256_add_ps(_mm256_shuffle_ps(u[2 * k], u[2 * k + 1], 0x44),
-                         _mm256_shuffle_ps(u[2 * k], u[2 * k + 1], 0xEE));
-  return {_mm256_add_ps(_mm256_shuffle_ps(x[0], x[1], 0x88), _mm256_shuffle_ps(x[0], x[1], 0xDD))};
+  return reduce_add_each(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
 }
 inline float reduce_max(avx2_f32 a) noexcept {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
