@@ -136,15 +136,14 @@ struct kv_row_source {
     return false;
   }
   /// Whether axpy_block takes axpy_rows_many: on AVX-512 where dot_block does (many_rows),
-  /// and with 16 registers (AVX2) from 8 rows (several queries of a GQA group) or from 4
-  /// (one query's group) of 16-bit rows, of rows of 16 packets or more (d >= 128) or of
-  /// rows back to back (head-major). There axpy_rows keeps four output packets, four chains of
-  /// dependent FMAs, too few for two FMA pipes of latency 4 (Zen 3), and axpy_rows_many
-  /// eight (four rows x two packets): 1.9-2.2x alone in L1 on Zen 3, decode from memory
-  /// 1.32-1.64x at 4 and 8 queries and 1.18-1.48x on half / bfloat16 K/V, and one query's
-  /// float group of four 1.06-1.13x (calls alternated in one process); float rows of 64
-  /// values with a token's heads side by side ran 0.88x so, and keep axpy_rows
-  /// (docs/benchmarks.md).
+  /// and with 16 registers (AVX2) from 8 rows (several queries of a GQA group) or from 4 (one
+  /// query's group) of 16-bit rows, of rows of 16 packets or more (d >= 128) or of rows back
+  /// to back (head-major). There axpy_rows keeps four output packets, four chains of
+  /// dependent FMAs, too few for two FMA pipes of latency 4 (Zen 3), and axpy_rows_many eight
+  /// (four rows x two packets): 1.9-2.2x alone in L1 on Zen 3, decode from memory 1.32-1.64x
+  /// at 4 and 8 queries and 1.18-1.48x on half / bfloat16 K/V, and one query's float group of
+  /// four 1.06-1.13x (calls alternated in one process); float rows of 64 values with a
+  /// token's heads side by side ran 0.88x so, and keep axpy_rows (docs/benchmarks.md).
   bool many_output_rows(int m) const noexcept {
     if constexpr (packet_rows) {
       using P = simd::packet<Real, Backend>;
