@@ -82,7 +82,7 @@ tsan_flags="-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
 avx512_warnings="-Wno-error=uninitialized -Wno-error=maybe-uninitialized"
 only=''  # a configuration may run only the tests matching this (ctest -R)
 # the tests whose programs run SIMD kernels (v3, asan4; v4 where it cannot run)
-simd_tests='^(test_sinusoidal|test_rotary|test_rotary_lowp|test_rope_scaling_apply|test_flash|test_backend_simd|include_order)$'
+simd_tests='^(test_sinusoidal|test_rotary|test_rotary_lowp|test_rope_scaling_apply|test_flash|test_flash_decode|test_flash_kernels|test_backend_simd|include_order)$'
 build_only=''  # a configuration may be built without running its tests (the reason)
 avx512_host=1
 for f in avx512f avx512bw avx512dq avx512vl; do grep -qw "$f" /proc/cpuinfo || avx512_host=0; done
