@@ -11,6 +11,8 @@ build="${BUILD_DIR:-build/test}"
 # compile check (two architectures cost nvcc 30% more: test_cuda_rotary.cu 61 s of CPU
 # against 47 s; the kernels with sm_80-specific code are compiled for sm_80 as well, by
 # tests/cuda's posenc_cuda_sm80_kernels, 77 s of CPU). CUDA_ARCHITECTURES="80 90" overrides.
+# Without a GPU nothing can run them: all but the sm_80 kernels are compiled to PTX alone
+# (POSENC_CUDA_PTX_ONLY, cmake/posencCuda.cmake: no ptxas, ~400 s of CPU less).
 cuda=()
 nvcc="$(command -v nvcc || true)"
 if [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc; fi
@@ -21,8 +23,14 @@ elif [[ -n "$nvcc" ]]; then
   if [[ -z "$archs" ]]; then
     if nvidia-smi -L >/dev/null 2>&1; then archs=native; else archs=90; fi
   fi
-  echo "test.sh: nvcc found ($nvcc): building the CUDA tests too, for $archs (run only where a GPU is)"
-  cuda=(-DPOSENC_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" "-DCMAKE_CUDA_ARCHITECTURES=${archs// /;}")
+  ptx_only=OFF
+  if ! nvidia-smi -L >/dev/null 2>&1 && [[ "$archs" != *native* && "$archs" != all* ]]; then
+    ptx_only=ON
+  fi
+  echo "test.sh: nvcc found ($nvcc): building the CUDA tests too, for $archs (run only where a GPU is;" \
+    "PTX only: $ptx_only)"
+  cuda=(-DPOSENC_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" "-DCMAKE_CUDA_ARCHITECTURES=${archs// /;}"
+        "-DPOSENC_CUDA_PTX_ONLY=$ptx_only")
 else
   echo "test.sh: nvcc not found: the CUDA backend is not built (needs the CUDA toolkit)"
 fi
