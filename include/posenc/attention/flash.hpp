@@ -444,7 +444,7 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
   };
   if (one_query) {
     // A unit is a run of chunks of one batch item, its segments (key_segment: a chunk of
-    // every head, or with p.heads_outer of one head, head by head) read in one pipeline,
+    // every head, or with p.heads_outer of two heads, two by two) read in one pipeline,
     // so that only the unit's first key tile and last value tile are read alone. One
     // thread takes every chunk in one run; several take a chunk a unit, which they share
     // out as they go (runs of about chunks / 4, two units per thread, ran 0.90-0.99x at
@@ -453,29 +453,34 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
     const Index run = team.threads <= 1 ? chunks : Index(1);
     const Index runs = (chunks + run - 1) / run;
     const Index units = s.batch * runs;
-    const Index span = p.heads_outer ? Index(1) : s.heads;
+    // Head-major, two heads at a time, key by key across both: the K and V rows of two
+    // heads are four ascending streams, which this kind of CPU reads faster than two
+    // (Zen 3: 1.05-1.23x from memory, where four heads' eight streams ran 0.84-0.94x and
+    // eight heads' 0.6-0.7x: docs/benchmarks.md, the roofline's streams likewise).
+    const Index span = p.heads_outer ? std::min(Index(2), s.heads) : s.heads;
     parallel_for(units, team, [&](Index u, Index worker) {
       const Index b = u / runs, c0 = (u % runs) * run, c1 = std::min(chunks, c0 + run);
       const head_context<Policy, Real>* hb = &p.head(b * s.heads);
       workspace<Real>* wh = hws[static_cast<std::size_t>(worker)].data();
-      // segments in order: chunk by chunk over every head, or head by head over the chunks;
-      // each segment begun takes the workspace set the pending one does not hold
+      // segments in order: chunk by chunk over every head, or two heads at a time over the
+      // chunks; each segment begun takes the workspace set the pending one does not hold
       Index next_h = 0, next_c = c0, set = 0;
       const auto begin_next = [&](key_segment<Policy, Real>& seg) {
         while (next_c < c1 && next_h < s.heads) {
           const Index h0 = next_h, c = next_c, k0 = c * T::decode_chunk;
+          const Index count = std::min(span, s.heads - h0);
           if (++next_c == c1 && p.heads_outer) {
             next_c = c0;
-            ++next_h;
+            next_h += count;
           }
           seg.hcs = hb + h0;
           seg.ws = wh + set * s.heads + h0;
           seg.h0 = h0;
-          seg.count = span;
+          seg.count = count;
           seg.kbeg = k0;
           seg.kend = k0;
           seg.tag = c;
-          for (Index i = 0; i < span; ++i) {
+          for (Index i = 0; i < count; ++i) {
             const Index lim = begin_block(hb[h0 + i], p.ci, slice_bh(q, b, h0 + i), 0, nb,
                                           seg.ws[i], backend::scalar{});
             seg.kend = std::max(seg.kend, std::min(k0 + T::decode_chunk, lim));
@@ -484,7 +489,7 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
             set ^= 1;
             return true;
           }
-          for (Index i = 0; i < span; ++i) save_state(seg.ws[i], b, h0 + i, c);  // no key
+          for (Index i = 0; i < count; ++i) save_state(seg.ws[i], b, h0 + i, c);  // no key
         }
         return false;
       };

@@ -396,7 +396,8 @@ struct head_rows {
 
 /// A run of keys [kbeg, kend) of heads [h0, h0 + count) that decode's one-query MHA path
 /// (accumulate_one_query) reads as one softmax state per head: one chunk of every head
-/// of a token (token-major K/V), or of one head (head-major). hcs[i] and ws[i] are head
+/// of a token (token-major K/V), or of two heads (head-major; one head where the count is
+/// odd). hcs[i] and ws[i] are head
 /// h0 + i's context and workspace (loaded by begin_block); h0 indexes the row sources.
 template <class Policy, class Real>
 struct key_segment {
@@ -438,11 +439,18 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
     const Index nk = more ? std::min(bk, cur.kend - j0) : 0;
     const Index both = std::min(nk, np);
     // keys [0, both): a key of each tile per head, its key and value rows read side by side
-    for (Index c = 0; c < both; ++c)
-      for (Index i = 0; i < cur.count; ++i)
+    // (segments of two heads head-major: one of a single head where the count is odd)
+    const Index paired = std::min(cur.count, pend.count);
+    for (Index c = 0; c < both; ++c) {
+      for (Index i = 0; i < paired; ++i)
         cur.ws[i].s(0, c) =
             ks.dot_axpy(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data(), vs, pend.h0 + i, jp + c,
                         pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
+      for (Index i = paired; i < cur.count; ++i)
+        cur.ws[i].s(0, c) = ks.dot(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data());
+      for (Index i = paired; i < pend.count; ++i)
+        vs.axpy(pend.h0 + i, jp + c, pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
+    }
     // the first tile's dots, or the last tile's values, alone
     if (cur.count == 1) {  // one head: the query row in registers over runs of its key rows
       for (Index c = both; c < nk; c += dot_run)
