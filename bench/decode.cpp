@@ -3,11 +3,12 @@
 //
 //   roofline<S>/keys/kv_heads/d/threads
 //       the fastest read of the K and V bytes of a decode step this CPU gives: each thread
-//       streams its share of the keys, K and V side by side (two streams, two cache lines
-//       of each per step, eight independent 32-byte accumulators), with a software
-//       prefetch `prefetch_bytes` ahead on both streams, the threads taking contiguous
-//       shares (`block_bytes` 0) or blocks dealt round robin (the best plan of a sweep run
-//       once per process: best_plan below); GB/s of K + V.
+//       streams its share of the keys, K and V side by side, each cut into `parts` pieces
+//       read side by side too (2, 4 or 8 streams, two cache lines of each per step, eight
+//       independent 32-byte accumulators), with a software prefetch `prefetch_bytes` ahead
+//       on every stream, the threads taking contiguous shares (`block_bytes` 0) or blocks
+//       dealt round robin (the best plan of a sweep run once per process: best_plan
+//       below); GB/s of K + V.
 //   decode<S>/keys/heads/kv_heads/d/queries/threads
 //       posenc::flash_multi_head_attention, causal, the queries the last `queries`
 //       positions of the cache; GB/s of the unique K + V bytes, and `vs_roofline`: that
@@ -110,11 +111,15 @@ struct page_buffer {
 // target; plain words where the CPU has no vectors that wide).
 typedef std::int32_t words8 __attribute__((vector_size(32)));
 
-// Reads [p, p + bytes) and [q, q + bytes) (multiples of 128 bytes), two cache lines of each
-// per step, prefetching `ahead` bytes in front of both; returns a word of the sums.
-std::int32_t stream_two(const char* p, const char* q, Index bytes, Index ahead) {
+// Reads [p, p + bytes) and [q, q + bytes) (multiples of 128 bytes), each as Parts pieces
+// side by side (2 * Parts streams; the steps past Parts equal pieces as one more pair), two
+// cache lines of each stream per step, prefetching `ahead` bytes in front of every stream;
+// returns a word of the sums. More streams than K's and V's two: Zen 3 read four 1.1-1.3x
+// faster than two (docs/benchmarks.md), and decode reads two heads' rows side by side.
+template <int Parts>
+std::int32_t stream_parts(const char* p, const char* q, Index bytes, Index ahead) {
   words8 a[8] = {};
-  for (Index i = 0; i < bytes; i += 128) {
+  const auto step = [&](Index i) {
     if (ahead > 0) {
       __builtin_prefetch(p + i + ahead);
       __builtin_prefetch(p + i + ahead + 64);
@@ -128,17 +133,29 @@ std::int32_t stream_two(const char* p, const char* q, Index bytes, Index ahead) 
       a[k] += x;
       a[4 + k] += y;
     }
-  }
+  };
+  const Index per = 128 * (bytes / 128 / Parts);  // bytes per piece
+  for (Index i = 0; i < per; i += 128)
+    for (int part = 0; part < Parts; ++part) step(part * per + i);
+  for (Index i = Parts * per; i < bytes; i += 128) step(i);
   words8 s = a[0];
   for (int k = 1; k < 8; ++k) s += a[k];
   return s[0] ^ s[7];
 }
 
-// How the roofline reads: the prefetch distance, and how the threads share the bytes
-// (block 0: each thread its contiguous share; else blocks of `block` bytes dealt round
-// robin, so the threads stream neighbouring memory at the same time).
+std::int32_t stream_kv(const char* p, const char* q, Index bytes, Index ahead, int parts) {
+  if (parts == 4) return stream_parts<4>(p, q, bytes, ahead);
+  if (parts == 2) return stream_parts<2>(p, q, bytes, ahead);
+  return stream_parts<1>(p, q, bytes, ahead);
+}
+
+// How the roofline reads: the prefetch distance, how the threads share the bytes (block 0:
+// each thread its contiguous share; else blocks of `block` bytes dealt round robin, so the
+// threads stream neighbouring memory at the same time), and in how many pieces read side by
+// side each of K and V is cut (a thread's share, or a block).
 struct read_plan {
   Index ahead = 0, block = 0;
+  int parts = 1;
 };
 
 // One pass over K and V bytes on `threads` threads as `plan` says (whole 128-byte steps;
@@ -150,11 +167,12 @@ double roofline_pass(const char* k, const char* v, Index bytes, Index threads, r
     std::int32_t& out = sink[static_cast<std::size_t>(t)];
     if (plan.block == 0 || threads == 1) {
       const Index s0 = t * per, s1 = t + 1 == threads ? steps : s0 + per;
-      out = stream_two(k + 128 * s0, v + 128 * s0, 128 * (s1 - s0), plan.ahead);
+      out = stream_kv(k + 128 * s0, v + 128 * s0, 128 * (s1 - s0), plan.ahead, plan.parts);
       return;
     }
     for (Index b0 = t * plan.block; b0 < 128 * steps; b0 += threads * plan.block)
-      out ^= stream_two(k + b0, v + b0, std::min(plan.block, 128 * steps - b0), plan.ahead);
+      out ^=
+          stream_kv(k + b0, v + b0, std::min(plan.block, 128 * steps - b0), plan.ahead, plan.parts);
   };
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
@@ -167,8 +185,8 @@ double roofline_pass(const char* k, const char* v, Index bytes, Index threads, r
 }
 
 // The fastest plan (a pass over 64 MiB of K and V at the given thread count): prefetch
-// distances, and with several threads contiguous shares or 64 KiB / 1 MiB blocks dealt
-// round robin; found once per process.
+// distances, K and V each read as 1, 2 or 4 pieces side by side, and with several threads
+// contiguous shares or 64 KiB / 1 MiB blocks dealt round robin; found once per process.
 read_plan best_plan(Index threads) {
   static std::map<Index, read_plan> best;
   auto it = best.find(threads);
@@ -181,12 +199,15 @@ read_plan best_plan(Index threads) {
   double fastest = 1e30;
   for (Index block : {Index(0), Index(64) << 10, Index(1) << 20}) {
     if (block > 0 && threads == 1) continue;
-    for (Index ahead : {Index(0), Index(256), Index(512), Index(1024), Index(2048), Index(4096)}) {
-      double t = 1e30;
-      for (int r = 0; r < 3; ++r)
-        t = std::min(t, roofline_pass(k.data, v.data, bytes, threads, read_plan{ahead, block}));
-      if (t < fastest) fastest = t, pick = read_plan{ahead, block};
-    }
+    for (int parts : {1, 2, 4})
+      for (Index ahead :
+           {Index(0), Index(256), Index(512), Index(1024), Index(2048), Index(4096)}) {
+        const read_plan plan{ahead, block, parts};
+        double t = 1e30;
+        for (int r = 0; r < 3; ++r)
+          t = std::min(t, roofline_pass(k.data, v.data, bytes, threads, plan));
+        if (t < fastest) fastest = t, pick = plan;
+      }
   }
   return best[threads] = pick;
 }
@@ -259,6 +280,7 @@ void roofline(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * c.bytes());
   state.counters["prefetch_bytes"] = static_cast<double>(plan.ahead);
   state.counters["block_bytes"] = static_cast<double>(plan.block);
+  state.counters["streams"] = 2.0 * plan.parts;
   state.counters["huge_pages"] = huge_pages() ? 1 : 0;
   state.SetLabel(std::string("roofline: read of K and V, ") + type_name<S>());
 }
