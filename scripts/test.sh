@@ -19,14 +19,14 @@ if [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bi
 if [[ "${POSENC_CUDA:-1}" == 0 ]]; then
   echo "test.sh: POSENC_CUDA=0: the CUDA backend is not built"
 elif [[ -n "$nvcc" ]]; then
+  gpu=0
+  if nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
   archs="${CUDA_ARCHITECTURES:-}"
   if [[ -z "$archs" ]]; then
-    if nvidia-smi -L >/dev/null 2>&1; then archs=native; else archs=90; fi
+    if ((gpu)); then archs=native; else archs=90; fi
   fi
   ptx_only=OFF
-  if ! nvidia-smi -L >/dev/null 2>&1 && [[ "$archs" != *native* && "$archs" != all* ]]; then
-    ptx_only=ON
-  fi
+  if ((!gpu)) && [[ "$archs" != *native* && "$archs" != all* ]]; then ptx_only=ON; fi
   echo "test.sh: nvcc found ($nvcc): building the CUDA tests too, for $archs (run only where a GPU is;" \
     "PTX only: $ptx_only)"
   cuda=(-DPOSENC_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" "-DCMAKE_CUDA_ARCHITECTURES=${archs// /;}"

@@ -397,8 +397,8 @@ struct head_rows {
 /// A run of keys [kbeg, kend) of heads [h0, h0 + count) that decode's one-query MHA path
 /// (accumulate_one_query) reads as one softmax state per head: one chunk of every head
 /// of a token (token-major K/V), or of two heads (head-major; one head where the count is
-/// odd). hcs[i] and ws[i] are head
-/// h0 + i's context and workspace (loaded by begin_block); h0 indexes the row sources.
+/// odd). hcs[i] and ws[i] are head h0 + i's context and workspace (loaded by begin_block);
+/// h0 indexes the row sources.
 template <class Policy, class Real>
 struct key_segment {
   const head_context<Policy, Real>* hcs = nullptr;
