@@ -637,7 +637,8 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 #endif
 }
 
-// simd::dot / dot_block / axpy / dot_axpy (decode's row kernels) on storage T: the float
+// simd::dot / dot_block (and dot_block_many, dot_block_two_runs) / axpy / dot_axpy (decode's
+// row kernels) on storage T: the float
 // result of the widened values bit for bit, a double computation within the float bound,
 // a key's dot the same alone as in any block, one fused multiply-add per value, and (each
 // operand in a heap block of exactly the values it spans, so ASan sees any access past
@@ -679,7 +680,7 @@ void check_widening_ops(const char* type) {
       const std::vector<float> kw(kt.begin(), kt.end());  // widened
       // dot_block_many (several queries of a GQA group): the same bits as dot_block, for
       // whole tiles of four rows and the rows left over
-      for (int m : {1, 2, 3, 5, 8, 9, 13}) {
+      for (int m : {1, 2, 3, 4, 5, 8, 9, 13}) {
         INFO("keys " << keys << ", rows " << m);
         std::vector<std::vector<float>> qs, got(static_cast<std::size_t>(m)),
             got_w(static_cast<std::size_t>(m)), got_many(static_cast<std::size_t>(m));
@@ -728,6 +729,29 @@ void check_widening_ops(const char* type) {
         CHECK(alone);
         CHECK(close);
         CHECK(many);
+        // dot_block_two_runs (AVX2; rows a multiple of four): the block's first and second
+        // halves as two runs of W / 2 keys, dot_block's bits
+        if constexpr (posenc::simd::has_two_run_dots_v<B>)
+          if (keys == W && m % 4 == 0) {
+            const auto half = static_cast<std::size_t>(W / 2);
+            std::vector<std::vector<float>> run0(static_cast<std::size_t>(m)),
+                run1(static_cast<std::size_t>(m));
+            std::vector<float*> p0, p1;
+            for (int r = 0; r < m; ++r) {
+              run0[static_cast<std::size_t>(r)].assign(half, 0.0f);
+              run1[static_cast<std::size_t>(r)].assign(half, 0.0f);
+              p0.push_back(run0[static_cast<std::size_t>(r)].data());
+              p1.push_back(run1[static_cast<std::size_t>(r)].data());
+            }
+            posenc::simd::dot_block_two_runs<B>(qp.data(), m, kt.data(), kt.data() + (W / 2) * ldb,
+                                                ldb, n, p0.data(), p1.data());
+            bool runs = true;
+            for (std::size_t r = 0; r < static_cast<std::size_t>(m); ++r)
+              for (std::size_t c = 0; c < half; ++c)
+                runs = runs && bits32(run0[r][c]) == bits32(got[r][c]) &&
+                       bits32(run1[r][c]) == bits32(got[r][half + c]);
+            CHECK(runs);
+          }
       }
     }
 

@@ -191,6 +191,36 @@ struct kv_row_source {
       }
     }
   }
+  /// Whether this backend has dot_block_two_runs' kernels (AVX2's register tiles).
+  static constexpr bool two_run_kernels = packet_rows && simd::has_two_run_dots_v<Backend>;
+  /// Whether dot_block_two_runs takes m query rows sharing a block: m a multiple of 4,
+  /// float rows in place and back to back (head-major), where dot_block takes the register
+  /// tiles (many_rows). Two runs of keys half a tile apart, read side by side, are two
+  /// ascending streams where dot_block's one run reads a row and its neighbour side by
+  /// side: one query's GQA group of four on Zen 3, calls alternated in one process, 1.09x
+  /// at 16k keys on one and two threads and 4k on one (medians of ten runs; single runs
+  /// 0.93-1.28), 1.27x at 4k keys on two threads (1.09-1.30); 4 queries of MHA 1.05-1.24x;
+  /// groups of 8 rows 0.99-1.08x. 16-bit rows, widened in registers, ran 0.93-0.96x and keep
+  /// one run (docs/benchmarks.md).
+  bool two_runs(int m) const noexcept {
+    if constexpr (two_run_kernels)
+      return four_rows_ok && !widen_in_registers && m % 4 == 0 && many_rows(m);
+    static_cast<void>(m);
+    return false;
+  }
+  /// out0[i][c] = qs[i] · row j0 + c and out1[i][c] = qs[i] · row j1 + c of head h, for
+  /// c < dot_block_keys() / 2 and the m query rows i that share them, where two_runs(m):
+  /// each dot the same bits as dot_block's.
+  void dot_block_two_runs(Index h, Index j0, Index j1, const Real* const* qs, int m,
+                          Real* const* out0, Real* const* out1) noexcept {
+    if constexpr (two_run_kernels) {
+      const kv_block<Real>& b = hcs[h].*block;
+      simd::dot_block_two_runs<Backend>(qs, m, b.row(j0), b.row(j1), b.ld, n, out0, out1);
+    } else {
+      static_cast<void>(h), static_cast<void>(j0), static_cast<void>(j1), static_cast<void>(qs);
+      static_cast<void>(m), static_cast<void>(out0), static_cast<void>(out1);
+    }
+  }
   /// q · row j of head h (q: cols values): one query row per key row (MHA, one query).
   Real dot(Index h, Index j, const Real* q) noexcept {
     if constexpr (packet_storage)

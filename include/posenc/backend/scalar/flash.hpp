@@ -384,14 +384,17 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 template <class Real>
 struct head_rows {
   std::vector<const Real*> q, p, block_p;  // block_p: p at the current value block's key
-  std::vector<Real*> o, s, block_s;  // s: the score rows (p's memory), block_s: at a key block
+  // s: the score rows (p's memory), block_s: at a key block (block_s2: at a second run of
+  // keys, KRows::dot_block_two_runs)
+  std::vector<Real*> o, s, block_s, block_s2;
   explicit head_rows(Index rows = 0)
       : q(static_cast<std::size_t>(rows)),
         p(static_cast<std::size_t>(rows)),
         block_p(static_cast<std::size_t>(rows)),
         o(static_cast<std::size_t>(rows)),
         s(static_cast<std::size_t>(rows)),
-        block_s(static_cast<std::size_t>(rows)) {}
+        block_s(static_cast<std::size_t>(rows)),
+        block_s2(static_cast<std::size_t>(rows)) {}
 };
 
 /// A run of keys [kbeg, kend) of heads [h0, h0 + count) that decode's one-query MHA path
@@ -484,7 +487,9 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
 /// `key_group` consecutive heads share their key rows and `value_group` their value rows
 /// (GQA: heads / kv_heads; 1 for MHA, and for keys a policy transforms per query head):
 /// the dot products of all their query rows with a block of key rows are taken together
-/// (KRows::dot_block, a packet's width of keys) and all their output rows take a block of
+/// (KRows::dot_block, a packet's width of keys; AVX2 over head-major float rows: two runs
+/// of half as many keys, half a tile apart, KRows::dot_block_two_runs) and all their
+/// output rows take a block of
 /// value rows together (VRows::axpy_block, each output value kept in a register over the
 /// block), so each K and V row is read once per group. (One query row per key and per
 /// value row, MHA with one query, is accumulate_one_query's.) One per key row alone (keys a
@@ -541,8 +546,33 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
           ws[h0].s(0, c) = ks.dot(h0, j0 + c, hr.q[static_cast<std::size_t>(h0 * nb)]);
         }
     } else {
-      // blocks of dot_keys keys: a group's scores of a block are written to s[i] + c0
-      for (Index c0 = 0; c0 < nk; c0 += dot_keys) {
+      // blocks of dot_keys keys: a group's scores of a block are written to s[i] + c0.
+      // Where the rows allow (KRows::two_runs), the tile's first 2 · half keys go as blocks
+      // of two runs, keys [c0, c0 + run) and [half + c0, half + c0 + run): two ascending
+      // streams, each dot the same bits
+      Index paired = 0;  // keys [0, paired) taken in two runs
+      if constexpr (KRows::two_run_kernels)
+        if (ks.two_runs(key_rows)) {
+          constexpr Index run = dot_keys / 2;
+          const Index half = nk / dot_keys * run;
+          for (Index c0 = 0; c0 < half; c0 += run)
+            for (Index h0 = 0; h0 < count; h0 += key_group) {
+              if (block_prefetch)
+                for (Index c = c0; c < c0 + run; ++c) {
+                  prefetch_ahead(h0, c, block_prefetch_keys);
+                  prefetch_ahead(h0, half + c, block_prefetch_keys);
+                }
+              for (int i = 0; i < key_rows; ++i) {
+                Real* const scores = hr.s[static_cast<std::size_t>(h0 * nb + i)];
+                hr.block_s[static_cast<std::size_t>(i)] = scores + c0;
+                hr.block_s2[static_cast<std::size_t>(i)] = scores + half + c0;
+              }
+              ks.dot_block_two_runs(h0, j0 + c0, j0 + half + c0, hr.q.data() + h0 * nb, key_rows,
+                                    hr.block_s.data(), hr.block_s2.data());
+            }
+          paired = 2 * half;
+        }
+      for (Index c0 = paired; c0 < nk; c0 += dot_keys) {
         const int n = static_cast<int>(std::min(dot_keys, nk - c0));
         for (Index h0 = 0; h0 < count; h0 += key_group) {
           if (block_prefetch)

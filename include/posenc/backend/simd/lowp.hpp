@@ -16,6 +16,7 @@
 ///     dot_rows(a, b, ldb, keys, n, out)       one query row · consecutive key rows, dot's bits
 ///     dot_block(a, m, b, ldb, keys, n, out)   query rows · a block of key rows
 ///     dot_block_many(...)             the same bits, tiles of four rows (many rows, AVX-512)
+///     dot_block_two_runs(...)         the same bits, two runs of keys read side by side (AVX2)
 ///     axpy(alpha, x, n, y)  axpy_rows(...)     y += alpha · float(x), and for a block of rows
 ///     axpy_rows_many(...)             the same bits, four rows x several packets held
 ///                                     widened in registers; the same bits as on float inputs
@@ -604,18 +605,20 @@ POSENC_INLINE void in_register(__m256& v) noexcept {
 #endif
 }
 
-/// dot_block for four query rows on AVX2 (a GQA group of four, or four queries), the same
-/// bits: tiles of the 4 rows by 2 keys, 8 accumulators, each step loading the 4 query
-/// packets and the 2 key packets once for its 8 FMAs (dot_block_rows, with 16 registers,
-/// loads a key packet per FMA: 18 loads for 16). Each dot keeps its own accumulator fed
-/// in increasing k; a tile's 8 are summed by reduce_add_each in registers (lane 2i + c),
-/// and the 4 tiles' sums are transposed as 64-bit pairs into the rows' 8 scores, so a
-/// block ends in 4 stores instead of dot_tile's masked stores per tile. Measured on Zen 3
-/// with the rows in L1: 0.54-0.70 of the FMA peak against 0.27-0.45 (docs/benchmarks.md).
-/// Full: keys == 8; else keys < 8, the missing keys repeating the last, not stored.
-template <class T, bool Full>
-inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int keys, Index n,
-                            float* const* out) noexcept {
+/// The dots of four query rows with 8 key rows key(0) .. key(7) on AVX2 (a GQA group of
+/// four, or four queries), as tiles of the 4 rows by 2 keys (key(2t), key(2t + 1)) of 8
+/// accumulators:
+/// each step loads the 4 query packets and the 2 key packets once for its 8 FMAs
+/// (dot_block_rows, with 16 registers, loads a key packet per FMA: 18 loads for 16). Each
+/// dot keeps its own accumulator fed in increasing k; a tile's 8 are summed by
+/// reduce_add_each in registers (lane 2i + c), and the tiles' sums are transposed as 64-bit
+/// pairs: rows[i] lane c holds q_i · key(c). Only the first `tiles` tiles are computed (the
+/// other lanes are zero). Measured on Zen 3 with the rows in L1: 0.54-0.70 of the FMA peak
+/// against 0.27-0.45 (docs/benchmarks.md). Forced inline: GCC kept it a call, the rows
+/// then passed through memory.
+template <class T, class Key>
+POSENC_INLINE void dot_tiles4_avx2(const float* const* a, Key&& key, int tiles, Index n,
+                                   __m256 (&rows)[4]) noexcept {
   using IO = storage_io<T, backend::avx2>;
   using P = packet<float, backend::avx2>;
   const float *q0 = a[0], *q1 = a[1], *q2 = a[2], *q3 = a[3];
@@ -623,12 +626,12 @@ inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int ke
   const int rest = static_cast<int>(n - whole);
   __m256 sums[4];
   for (int t = 0; t < 4; ++t) {
-    if (!Full && 2 * t >= keys) {
+    if (t >= tiles) {
       sums[t] = _mm256_setzero_ps();
       continue;
     }
-    const T* k0 = b + (Full ? 2 * t : std::min(2 * t, keys - 1)) * ldb;
-    const T* k1 = b + (Full ? 2 * t + 1 : std::min(2 * t + 1, keys - 1)) * ldb;
+    const T* k0 = key(2 * t);
+    const T* k1 = key(2 * t + 1);
     P s00 = P::zero(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
     const auto step = [&](P x0, P x1, P x2, P x3, P y0, P y1) {
       in_register(x0.v);
@@ -646,9 +649,9 @@ inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int ke
       s21 = fmadd(x2, y1, s21);
       s31 = fmadd(x3, y1, s31);
     };
-    for (Index k = 0; k < whole; k += 8)
-      step(P::load(q0 + k), P::load(q1 + k), P::load(q2 + k), P::load(q3 + k), IO::load(k0 + k),
-           IO::load(k1 + k));
+    for (Index i = 0; i < whole; i += 8)
+      step(P::load(q0 + i), P::load(q1 + i), P::load(q2 + i), P::load(q3 + i), IO::load(k0 + i),
+           IO::load(k1 + i));
     if (rest > 0)
       step(P::load_partial(q0 + whole, rest), P::load_partial(q1 + whole, rest),
            P::load_partial(q2 + whole, rest), P::load_partial(q3 + whole, rest),
@@ -660,15 +663,43 @@ inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int ke
                 p2 = _mm256_castps_pd(sums[2]), p3 = _mm256_castps_pd(sums[3]);
   const __m256d lo01 = _mm256_unpacklo_pd(p0, p1), hi01 = _mm256_unpackhi_pd(p0, p1),
                 lo23 = _mm256_unpacklo_pd(p2, p3), hi23 = _mm256_unpackhi_pd(p2, p3);
-  const P rows[4] = {{_mm256_castpd_ps(_mm256_permute2f128_pd(lo01, lo23, 0x20))},
-                     {_mm256_castpd_ps(_mm256_permute2f128_pd(hi01, hi23, 0x20))},
-                     {_mm256_castpd_ps(_mm256_permute2f128_pd(lo01, lo23, 0x31))},
-                     {_mm256_castpd_ps(_mm256_permute2f128_pd(hi01, hi23, 0x31))}};
+  rows[0] = _mm256_castpd_ps(_mm256_permute2f128_pd(lo01, lo23, 0x20));
+  rows[1] = _mm256_castpd_ps(_mm256_permute2f128_pd(hi01, hi23, 0x20));
+  rows[2] = _mm256_castpd_ps(_mm256_permute2f128_pd(lo01, lo23, 0x31));
+  rows[3] = _mm256_castpd_ps(_mm256_permute2f128_pd(hi01, hi23, 0x31));
+}
+
+/// dot_block for four query rows on AVX2 (dot_tiles4_avx2 over keys 2t, 2t + 1), the same
+/// bits; a block ends in 4 stores instead of dot_tile's masked stores per tile. Full:
+/// keys == 8; else keys < 8, the missing keys repeating the last, not stored.
+template <class T, bool Full>
+inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int keys, Index n,
+                            float* const* out) noexcept {
+  const auto key = [&](int c) { return b + (Full ? c : std::min(c, keys - 1)) * ldb; };
+  __m256 rows[4];
+  dot_tiles4_avx2<T>(a, key, Full ? 4 : (keys + 1) / 2, n, rows);
   for (int i = 0; i < 4; ++i) {
     if (Full)
-      rows[i].store(out[i]);
+      _mm256_storeu_ps(out[i], rows[i]);
     else
-      rows[i].store_partial(out[i], keys);
+      packet<float, backend::avx2>{rows[i]}.store_partial(out[i], keys);
+  }
+}
+
+/// dot_block4_avx2 over two runs of 4 keys, rows b0 + t · ldb and b1 + t · ldb (t < 4):
+/// tile t pairs key t of each run, so that the rows come as two ascending streams. The same
+/// FMAs per dot: the same bits. Run r's scores go to out_r[i][0..4).
+template <class T>
+inline void dot_block4_two_runs_avx2(const float* const* a, const T* b0, const T* b1, Index ldb,
+                                     Index n, float* const* out0, float* const* out1) noexcept {
+  const auto key = [&](int c) { return (c % 2 == 0 ? b0 : b1) + c / 2 * ldb; };
+  __m256 rows[4];
+  dot_tiles4_avx2<T>(a, key, 4, n, rows);
+  const __m256i runs = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // run 0's lanes, run 1's
+  for (int i = 0; i < 4; ++i) {
+    const __m256 r = _mm256_permutevar8x32_ps(rows[i], runs);
+    _mm_storeu_ps(out0[i], _mm256_castps256_ps128(r));
+    _mm_storeu_ps(out1[i], _mm256_extractf128_ps(r, 1));
   }
 }
 #endif  // POSENC_ARCH_AVX2
@@ -722,6 +753,29 @@ inline void dot_block_many(const float* const* a, int m, const T* b, Index ldb, 
   if constexpr (!avx2 && W % 4 == 0 && W / 4 >= 2)
     i = detail::dot_tiles<Arch, T, 4>(a, m, b, ldb, keys, n, out);
   if (i < m) dot_block<Arch>(a + i, m - i, b, ldb, keys, n, out + i);
+}
+
+/// Whether dot_block_two_runs is defined on Arch: AVX2's register tiles.
+template <class Arch>
+inline constexpr bool has_two_run_dots_v =
+    POSENC_ARCH_AVX2 != 0 && std::is_same_v<Arch, backend::avx2>;
+
+/// dot_block_many for m rows (a multiple of 4) against two runs of W / 2 key rows each,
+/// rows b0 + c · ldb and b1 + c · ldb (c < W / 2), run r's scores to out_r[i][c]: every
+/// tile takes a row of each run, so the two runs are read side by side, two ascending
+/// streams where each run's rows lie back to back. Each dot has the FMAs and the sum of
+/// dot_block: the same bits. Needs has_two_run_dots_v<Arch> and has_widening_ops_v<Arch, T>.
+template <class Arch, class T>
+inline void dot_block_two_runs(const float* const* a, int m, const T* b0, const T* b1, Index ldb,
+                               Index n, float* const* out0, float* const* out1) noexcept {
+  static_assert(has_two_run_dots_v<Arch>, "dot_block_two_runs: AVX2 only");
+#if POSENC_ARCH_AVX2
+  for (int i = 0; i + 4 <= m; i += 4)
+    detail::dot_block4_two_runs_avx2(a + i, b0, b1, ldb, n, out0 + i, out1 + i);
+#else
+  static_cast<void>(a), static_cast<void>(m), static_cast<void>(b0), static_cast<void>(b1);
+  static_cast<void>(ldb), static_cast<void>(n), static_cast<void>(out0), static_cast<void>(out1);
+#endif
 }
 
 namespace detail {
