@@ -197,11 +197,11 @@ struct kv_row_source {
   /// float rows in place and back to back (head-major), where dot_block takes the register
   /// tiles (many_rows). Two runs of keys half a tile apart, read side by side, are two
   /// ascending streams where dot_block's one run reads a row and its neighbour side by
-  /// side: one query's GQA group of four on Zen 3, calls alternated in one process, 1.09x
-  /// at 16k keys on one and two threads and 4k on one (medians of ten runs; single runs
-  /// 0.93-1.28), 1.27x at 4k keys on two threads (1.09-1.30); 4 queries of MHA 1.05-1.24x;
-  /// groups of 8 rows 0.99-1.08x. 16-bit rows, widened in registers, ran 0.93-0.96x and keep
-  /// one run (docs/benchmarks.md).
+  /// side: one query's GQA group of four on Zen 3, calls alternated in one process, medians
+  /// of 13-14 runs over two hours 1.07x / 1.17x at 4k keys (1 / 2 threads) and 1.08x /
+  /// 1.10x at 16k (single runs 0.93-1.30); 4 queries of MHA 0.97-1.24x; groups of 8 rows
+  /// 0.99-1.08x. 16-bit rows, widened in registers, ran 0.93-0.98x and keep one run
+  /// (docs/benchmarks.md).
   bool two_runs(int m) const noexcept {
     if constexpr (two_run_kernels)
       return four_rows_ok && !widen_in_registers && m % 4 == 0 && many_rows(m);
