@@ -482,13 +482,14 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // its per-head copy: the values' layout decides), and a batch with shorter keys. One
   // query of a GQA group of four with rows of 8 packets or more (d 128, and 136 with a
   // partial packet) takes the many-row kernels on AVX-512 head-major (AVX2: the register
-  // tiles over two runs of keys half a tile apart, as do 3 queries of a group of four and 2
-  // of a group of two), the row-at-a-time ones token-major: the same bits. MHA reads each key row
-  // beside a value row (dot_axpy: dot's and axpy's bits) and, head-major, a chunk's first tile with
-  // the query row held in registers over a run of keys where its packets fit (d 64 and 128 on
-  // AVX-512, 64 on AVX2; d 72 takes dot per key): dot's bits, key by key. Token-major value rows a
-  // multiple of 4 KiB apart (8 float heads of 128, 16 of 128; 16 half heads of 128) take blocks of
-  // 8 value rows on AVX2 (kv_row_source::value_block), head-major ones 16: the same bits.
+  // tiles over two runs of keys half a tile apart, as do 3 queries of a group of four and
+  // 2 of a group of two), the row-at-a-time ones token-major: the same bits. MHA reads
+  // each key row beside a value row (dot_axpy: dot's and axpy's bits) and, head-major, a
+  // chunk's first tile with the query row held in registers over a run of keys where its
+  // packets fit (d 64 and 128 on AVX-512, 64 on AVX2; d 72 takes dot per key): dot's
+  // bits, key by key. Token-major value rows a multiple of 4 KiB apart (8 float heads of
+  // 128, 16 of 128; 16 half heads of 128) take blocks of 8 value rows on AVX2
+  // (kv_row_source::value_block), head-major ones 16: the same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);

@@ -637,9 +637,9 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 #endif
 }
 
-// simd::dot / dot_block (and dot_block_many, dot_block_two_runs) / axpy / dot_axpy (decode's
-// row kernels) on storage T: the float
-// result of the widened values bit for bit, a double computation within the float bound,
+// simd::dot / dot_block (and dot_block_many, dot_block_two_runs) / axpy / dot_axpy
+// (decode's row kernels) on storage T: the float result of the widened values bit for
+// bit, a double computation within the float bound,
 // a key's dot the same alone as in any block, one fused multiply-add per value, and (each
 // operand in a heap block of exactly the values it spans, so ASan sees any access past
 // it) every length from 0 to 5 packets + 3.

@@ -489,13 +489,12 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
 /// the dot products of all their query rows with a block of key rows are taken together
 /// (KRows::dot_block, a packet's width of keys; AVX2 over head-major float rows: two runs
 /// of half as many keys, half a tile apart, KRows::dot_block_two_runs) and all their
-/// output rows take a block of
-/// value rows together (VRows::axpy_block, each output value kept in a register over the
-/// block), so each K and V row is read once per group. (One query row per key and per
-/// value row, MHA with one query, is accumulate_one_query's.) One per key row alone (keys a
-/// policy transforms per query head, GQA values) takes its dots key by key across the
-/// heads (KRows::dot). Out of line: inlined into the decode driver, GCC compiled the GQA
-/// block paths differently and half / bfloat16 GQA decode ran 0.81-0.95x (Zen 3).
+/// output rows take a block of value rows together (VRows::axpy_block, each output value
+/// kept in a register over the block), so each K and V row is read once per group. (One query row
+/// per key and per value row, MHA with one query, is accumulate_one_query's.) One per key row alone
+/// (keys a policy transforms per query head, GQA values) takes its dots key by key across the heads
+/// (KRows::dot). Out of line: inlined into the decode driver, GCC compiled the GQA block paths
+/// differently and half / bfloat16 GQA decode ran 0.81-0.95x (Zen 3).
 template <class Policy, class Real, class KRows, class VRows>
 POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs,
                                       Index count, Index key_group, Index value_group,
@@ -519,6 +518,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   // none where either side's rows take none)
   const Index block_prefetch_keys = std::min(ks.block_prefetch_keys(), vs.block_prefetch_keys());
   const bool block_prefetch = block_prefetch_keys > 0;
+  const bool two_runs = ks.two_runs(key_rows);  // dots in two runs of keys (KRows::two_runs)
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -552,7 +552,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       // streams, each dot the same bits
       Index paired = 0;  // keys [0, paired) taken in two runs
       if constexpr (KRows::two_run_kernels)
-        if (ks.two_runs(key_rows)) {
+        if (two_runs) {
           constexpr Index run = dot_keys / 2;
           const Index half = nk / dot_keys * run;
           for (Index c0 = 0; c0 < half; c0 += run)

@@ -607,9 +607,8 @@ POSENC_INLINE void in_register(__m256& v) noexcept {
 
 /// The dots of four query rows with 8 key rows key(0) .. key(7) on AVX2 (a GQA group of
 /// four, or four queries), as tiles of the 4 rows by 2 keys (key(2t), key(2t + 1)) of 8
-/// accumulators:
-/// each step loads the 4 query packets and the 2 key packets once for its 8 FMAs
-/// (dot_block_rows, with 16 registers, loads a key packet per FMA: 18 loads for 16). Each
+/// accumulators: each step loads the 4 query packets and the 2 key packets once for its 8
+/// FMAs (dot_block_rows, with 16 registers, loads a key packet per FMA: 18 loads for 16). Each
 /// dot keeps its own accumulator fed in increasing k; a tile's 8 are summed by
 /// reduce_add_each in registers (lane 2i + c), and the tiles' sums are transposed as 64-bit
 /// pairs: rows[i] lane c holds q_i · key(c). Only the first `tiles` tiles are computed (the
