@@ -210,16 +210,12 @@ struct kv_row_source {
   }
   /// out0[i][c] = qs[i] · row j0 + c and out1[i][c] = qs[i] · row j1 + c of head h, for
   /// c < dot_block_keys() / 2 and the m query rows i that share them, where two_runs(m):
-  /// each dot the same bits as dot_block's.
+  /// each dot the same bits as dot_block's. Only called where two_run_kernels (a member
+  /// of a class template: not compiled for the other backends).
   void dot_block_two_runs(Index h, Index j0, Index j1, const Real* const* qs, int m,
                           Real* const* out0, Real* const* out1) noexcept {
-    if constexpr (two_run_kernels) {
-      const kv_block<Real>& b = hcs[h].*block;
-      simd::dot_block_two_runs<Backend>(qs, m, b.row(j0), b.row(j1), b.ld, n, out0, out1);
-    } else {
-      static_cast<void>(h), static_cast<void>(j0), static_cast<void>(j1), static_cast<void>(qs);
-      static_cast<void>(m), static_cast<void>(out0), static_cast<void>(out1);
-    }
+    const kv_block<Real>& b = hcs[h].*block;
+    simd::dot_block_two_runs<Backend>(qs, m, b.row(j0), b.row(j1), b.ld, n, out0, out1);
   }
   /// q · row j of head h (q: cols values): one query row per key row (MHA, one query).
   Real dot(Index h, Index j, const Real* q) noexcept {

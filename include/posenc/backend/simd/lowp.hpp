@@ -55,6 +55,7 @@
 /// masked 16-bit moves when the flags allow, else a small stack buffer).
 
 #include <Eigen/Core>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -768,6 +769,7 @@ template <class Arch, class T>
 inline void dot_block_two_runs(const float* const* a, int m, const T* b0, const T* b1, Index ldb,
                                Index n, float* const* out0, float* const* out1) noexcept {
   static_assert(has_two_run_dots_v<Arch>, "dot_block_two_runs: AVX2 only");
+  assert(m % 4 == 0);  // the caller's precondition (kv_row_source::two_runs): no row left out
 #if POSENC_ARCH_AVX2
   for (int i = 0; i + 4 <= m; i += 4)
     detail::dot_block4_two_runs_avx2(a + i, b0, b1, ldb, n, out0 + i, out1 + i);
