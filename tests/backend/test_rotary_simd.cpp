@@ -4,6 +4,7 @@
 // so it is checked bit for bit against that arithmetic written here with std::fma, and
 // within the documented bound of the scalar kernel, which rounds both products (this
 // target is built with -ffp-contract=off, so nothing here is fused but the std::fma calls).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <posenc/encoding/rotary/rotary.hpp>
 #include <random>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backends.hpp"
@@ -808,11 +810,42 @@ void check_widening_ops(const char* type) {
         pp.push_back(probs[static_cast<std::size_t>(r)].data());
         yp.push_back(ys[static_cast<std::size_t>(r)].data());
       }
-      std::vector<std::vector<float>> ys_many = ys;
-      std::vector<float*> ypm;
+      std::vector<std::vector<float>> ys_many = ys, ys_hook = ys;
+      const std::vector<std::vector<float>> ys_start = ys;
+      std::vector<float*> ypm, yph;
       for (auto& r : ys_many) ypm.push_back(r.data());
+      for (auto& r : ys_hook) yph.push_back(r.data());
       posenc::simd::axpy_rows<B>(xp.data(), keys, pp.data(), m, yp.data(), n);
       posenc::simd::axpy_rows_many<B>(xp.data(), keys, pp.data(), m, ypm.data(), n);
+      // with a step hook (decode's value prefetches): called once per pass of the first
+      // four rows over the value rows, in order, each before its pass (row 0's values of
+      // that pass not yet added to, some of the pass before's added); 1 call where no four
+      // rows go together; the same bits
+      constexpr Index pass = (posenc::simd::packet<float, B>::registers >= 32 ? 4 : 2) * W;
+      const bool passes = m >= 4 && n >= pass;
+      const int want_steps = passes ? static_cast<int>((n + pass - 1) / pass) : 1;
+      std::vector<std::pair<int, int>> steps_seen;
+      bool before_pass = true, after_pass = true;
+      const auto row0_changed = [&](Index i) {
+        return bits32(ys_hook[0][static_cast<std::size_t>(i)]) !=
+               bits32(ys_start[0][static_cast<std::size_t>(i)]);
+      };
+      posenc::simd::axpy_rows_many<B>(
+          xp.data(), keys, pp.data(), m, yph.data(), n, [&](int step, int steps) noexcept {
+            steps_seen.emplace_back(step, steps);
+            if (!passes) return;
+            const Index lo = step * pass, hi = std::min<Index>(n, lo + pass);
+            for (Index i = lo; i < hi; ++i) before_pass = before_pass && !row0_changed(i);
+            bool any = step == 0;
+            for (Index i = lo - pass; i < lo && step > 0; ++i) any = any || row0_changed(i);
+            after_pass = after_pass && any;
+          });
+      std::vector<std::pair<int, int>> want_seen;
+      for (int st = 0; st < want_steps; ++st) want_seen.emplace_back(st, want_steps);
+      CHECK(steps_seen == want_seen);
+      CHECK(before_pass);
+      CHECK(after_pass);
+      CHECK(ys_hook == ys_many);
       for (int c = 0; c < keys; ++c)  // key-major, as decode visited them one by one
         for (int r = 0; r < m; ++r)
           axpy<B>(probs[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)],

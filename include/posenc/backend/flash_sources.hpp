@@ -8,6 +8,7 @@
 /// Not for direct inclusion: use posenc/backend/flash.hpp.
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -310,16 +311,18 @@ struct kv_row_source {
   }
   /// o[i] += sum_c p[i][c] · row j + c of head h, c < keys (<= max_block) in order, i < m:
   /// the output rows that share those value rows, the bits of keys · m calls of axpy.
-  void axpy_block(Index h, Index j, int keys, const Real* const* p, int m,
-                  Real* const* o) noexcept {
+  /// step(s, steps), for each s < steps in order, spreads the caller's prefetches over the
+  /// kernel's passes (simd::axpy_rows_many; all at once before the other kernels).
+  template <class Step>
+  void axpy_block(Index h, Index j, int keys, const Real* const* p, int m, Real* const* o,
+                  Step&& step) noexcept {
     if constexpr (packet_storage) {
       if (widen_in_registers) {
         const value_type* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = stored_row(h, j + c);
-        if (many_output_rows(m))
-          simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
-        else
-          simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
+        if (many_output_rows(m)) return simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n, step);
+        step(0, 1);
+        simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
         return;
       }
     }
@@ -328,13 +331,13 @@ struct kv_row_source {
       if (b.data) {
         const Real* xs[max_block];
         for (int c = 0; c < keys; ++c) xs[c] = b.row(j + c);
-        if (many_output_rows(m))
-          simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n);
-        else
-          simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
+        if (many_output_rows(m)) return simd::axpy_rows_many<Backend>(xs, keys, p, m, o, n, step);
+        step(0, 1);
+        simd::axpy_rows<Backend>(xs, keys, p, m, o, n);
         return;
       }
     }
+    step(0, 1);
     for (int c = 0; c < keys; ++c)  // rows converted one at a time
       for (int i = 0; i < m; ++i) axpy(h, j + c, p[i][c], o[i]);
   }
@@ -351,6 +354,31 @@ struct kv_row_source {
     if (four_rows_ok) return 64;
     if (widen_in_registers && sizeof(value_type) == 2 && row_bytes % 4096 != 0) return 8;
     return 0;
+  }
+  /// Whether accumulate_heads spreads a value block's prefetches over the block kernel's
+  /// passes (axpy_block's step hook: a few rows before each pass) and asks for the next
+  /// block only (value_prefetch_keys), rather than for the rows block_prefetch_keys() on,
+  /// all before the kernel. With 16 registers (AVX2): 16 rows asked for at once filled
+  /// the core's queue of misses, and each prefetch instruction then waited on it (a
+  /// quarter of decode's time, Zen 3); spread, one query's GQA group over head-major K/V
+  /// ran 1.13-1.31x (float, d 128, 1 and 2 threads), 1.09-1.26x on half and bfloat16 rows of
+  /// 128, 1.13-1.25x at 2 and 4 queries (calls alternated in one process,
+  /// docs/benchmarks.md). Rows of 128 bytes (16-bit, d 64) keep the burst: 0.95-0.97x
+  /// spread. AVX-512 and NEON keep the order measured on Zen 4 until measured again.
+  bool spread_value_prefetch() const noexcept {
+    if constexpr (packet_rows)
+      if constexpr (simd::packet<Real, Backend>::registers < 32) {
+        const std::size_t value_bytes = widen_in_registers ? sizeof(value_type) : sizeof(Real);
+        return n * static_cast<Index>(value_bytes) >= 256;
+      }
+    return false;
+  }
+  /// How many keys on a value block's spread prefetches ask (spread_value_prefetch): the
+  /// next block, or block_prefetch_keys() where that is nearer (float rows of 128 against
+  /// the burst: 16 keys on 1.18-1.26x, 32 on 1.16-1.23x, 8 on 1.11-1.18x; half rows of 128
+  /// asked for 32 keys on, 8 KiB as for float, 1.01x).
+  Index value_prefetch_keys() const noexcept {
+    return std::min<Index>(block_prefetch_keys(), value_block());
   }
   void prefetch(Index h, Index j) const noexcept {
     const kv_block<Real>& b = hcs[h].*block;

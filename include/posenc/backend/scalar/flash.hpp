@@ -371,7 +371,9 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// keys beside the tile before it's values (accumulate_one_query), asking for rows 1 KiB
 /// ahead only over a token-major cache (KRows::dot_axpy). A GQA group's
 /// block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
-/// K/V: 1.24-1.40x at one thread), 8 keys on over a token-major cache of 16-bit rows, and
+/// K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a few rows before
+/// each of the kernel's passes: VRows::spread_value_prefetch), 8 keys on over a
+/// token-major cache of 16-bit rows, and
 /// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
 /// block_prefetch_keys). GCC had deleted every one of these prefetches until
 /// 2026-11-28 (config.hpp), so the distances and streams tried before that date
@@ -518,6 +520,8 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   // none where either side's rows take none)
   const Index block_prefetch_keys = std::min(ks.block_prefetch_keys(), vs.block_prefetch_keys());
   const bool block_prefetch = block_prefetch_keys > 0;
+  const bool spread_value_prefetch = vs.spread_value_prefetch();  // VRows::spread_value_prefetch
+  const Index value_prefetch_keys = std::min(block_prefetch_keys, vs.value_prefetch_keys());
   const bool two_runs = ks.two_runs(key_rows);  // dots in two runs of keys (KRows::two_runs)
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
@@ -591,11 +595,20 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
     for (Index c0 = 0; c0 < nk; c0 += vb) {
       const int kb = static_cast<int>(std::min(vb, nk - c0));
       for (Index h0 = 0; h0 < count; h0 += value_group) {
-        if (block_prefetch)
-          for (Index c = c0; c < c0 + kb; ++c) prefetch_ahead(h0, nk + c, block_prefetch_keys);
+        // the block's prefetches: spread over the kernel's passes, a few rows before each
+        // (VRows::spread_value_prefetch), or all before it
+        const auto ask = [&](int step, int steps) noexcept {
+          if (!block_prefetch) return;
+          if (spread_value_prefetch) {
+            for (Index c = c0 + step * kb / steps; c < c0 + (step + 1) * kb / steps; ++c)
+              prefetch_ahead(h0, nk + c, value_prefetch_keys);
+          } else if (step == 0) {
+            for (Index c = c0; c < c0 + kb; ++c) prefetch_ahead(h0, nk + c, block_prefetch_keys);
+          }
+        };
         for (int i = 0; i < value_rows; ++i)
           probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)] + c0;
-        vs.axpy_block(h0, j0 + c0, kb, probs, value_rows, hr.o.data() + h0 * nb);
+        vs.axpy_block(h0, j0 + c0, kb, probs, value_rows, hr.o.data() + h0 * nb, ask);
       }
     }
   }

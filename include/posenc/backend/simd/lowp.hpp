@@ -20,6 +20,7 @@
 ///     axpy(alpha, x, n, y)  axpy_rows(...)     y += alpha · float(x), and for a block of rows
 ///     axpy_rows_many(...)             the same bits, four rows x several packets held
 ///                                     widened in registers; the same bits as on float inputs
+///                                     (a hook between its passes: the caller's prefetches)
 ///     dot_axpy(a, k, n, alpha, v, y)  dot(a, k, n), then axpy(alpha, v, n, y), the two
 ///                                     rows loaded side by side; the two calls' bits
 ///
@@ -985,21 +986,40 @@ inline void axpy_rows(const T* const* x, int keys, const float* const* p, int m,
 /// axpy_rows for many output rows (see dot_block_many), the same bits: rows four at a
 /// time over NP packets at once (detail::axpy_rows4_wide), where the register file holds
 /// 4 x NP accumulators beside NP value packets (32 registers: 4, 16: 2), the rest by
-/// axpy_rows.
-template <class Arch, class T>
+/// axpy_rows. step(s, steps) is called once for each s < steps, in order, before the s-th
+/// of the first four rows' passes over the value rows (steps: their passes, NP packets
+/// each, and the partial last one; 1 where no four rows go together), so that a caller
+/// can spread its software prefetches over the call instead of issuing them all before
+/// it (decode's value blocks, backend/scalar/flash.hpp: a block of rows asked for at once
+/// filled this CPU's queue of misses, and the prefetch instructions waited on it).
+template <class Arch, class T, class Step>
 inline void axpy_rows_many(const T* const* x, int keys, const float* const* p, int m,
-                           float* const* y, Index n) noexcept {
+                           float* const* y, Index n, Step&& step) noexcept {
   constexpr Index W = packet<float, Arch>::size;
   constexpr int NP = packet<float, Arch>::registers >= 32 ? 4 : 2;
   const Index wide = n / (NP * W) * (NP * W);
   int k = 0;
-  if (wide > 0)
+  if (wide > 0 && m >= 4) {
+    const int steps = static_cast<int>(wide / (NP * W)) + (wide < n ? 1 : 0);
     for (; k + 4 <= m; k += 4) {
-      for (Index i = 0; i < wide; i += NP * W)
+      for (Index i = 0; i < wide; i += NP * W) {
+        if (k == 0) step(static_cast<int>(i / (NP * W)), steps);
         detail::axpy_rows4_wide<Arch, T, NP>(x, keys, p + k, y + k, i);
+      }
+      if (k == 0 && wide < n) step(steps - 1, steps);
       detail::axpy_rows_from<Arch>(x, keys, p + k, 4, y + k, wide, n);
     }
+  } else {
+    step(0, 1);
+  }
   if (k < m) axpy_rows<Arch>(x, keys, p + k, m - k, y + k, n);
+}
+
+/// axpy_rows_many without a step hook.
+template <class Arch, class T>
+inline void axpy_rows_many(const T* const* x, int keys, const float* const* p, int m,
+                           float* const* y, Index n) noexcept {
+  axpy_rows_many<Arch>(x, keys, p, m, y, n, [](int, int) noexcept {});
 }
 
 }  // namespace simd
