@@ -359,10 +359,11 @@ struct kv_row_source {
   /// passes (axpy_block's step hook: a few rows before each pass) and asks for the next
   /// block only (value_prefetch_keys), rather than for the rows block_prefetch_keys() on,
   /// all before the kernel. With 16 registers (AVX2): 16 rows asked for at once filled
-  /// the core's queue of misses, and each prefetch instruction then waited on it (a
-  /// quarter of decode's time, Zen 3); spread, one query's GQA group over head-major K/V
-  /// ran 1.13-1.31x (float, d 128, 1 and 2 threads), 1.09-1.26x on half and bfloat16 rows of
-  /// 128, 1.13-1.25x at 2 and 4 queries (calls alternated in one process,
+  /// the core's queue of misses, and each prefetch instruction then waited on it (two
+  /// thirds of accumulate_heads' own time in a profile, Zen 3); spread, one query's GQA
+  /// group over head-major K/V ran 1.13-1.31x (float, d 128, 1 and 2 threads), 1.05-1.26x
+  /// on half rows of 128 (bfloat16 1.19x), 1.13-1.25x at 2 and 4 queries (calls alternated
+  /// in one process,
   /// docs/benchmarks.md). Rows of 128 bytes (16-bit, d 64) keep the burst: 0.95-0.97x
   /// spread. AVX-512 and NEON keep the order measured on Zen 4 until measured again.
   bool spread_value_prefetch() const noexcept {
