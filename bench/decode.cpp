@@ -35,6 +35,9 @@
 // `head_major`; compare_ggml's default layout) instead of token by token.
 // POSENC_DECODE_POOL=1 runs the decode rows on a posenc::thread_pool started once per row
 // (flash_options::pool, counter `pool`) instead of threads started by each call.
+// POSENC_DECODE_KEY_RUNS=0 or 1 sets the CPU tuning's decode_key_runs (core/cpu.hpp: a GQA
+// group's dots in four runs of keys on AVX-512, on by default on Intel; counter `key_runs`),
+// to compare the two orders on one CPU.
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -49,6 +52,7 @@
 #include <memory>
 #include <posenc/attention/flash.hpp>
 #include <posenc/core/allocator.hpp>
+#include <posenc/core/cpu.hpp>
 #include <posenc/core/thread_pool.hpp>
 #include <string>
 #include <thread>
@@ -427,6 +431,7 @@ void decode(benchmark::State& state) {
         state.counters["vs_roofline"].value * roof / std::min(roof, ceiling);
   state.counters["head_major"] = head_major() ? 1 : 0;
   state.counters["pool"] = pool ? 1 : 0;
+  state.counters["key_runs"] = posenc::cpu::tuning().decode_key_runs ? 1 : 0;
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
@@ -478,6 +483,8 @@ void add_rows(bool every) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* runs = std::getenv("POSENC_DECODE_KEY_RUNS"))
+    posenc::cpu::tuning().decode_key_runs = std::strcmp(runs, "0") != 0;
   const bool every = mode("full");
   if (mode("order"))
     for (long keys : {1280L, 16384L})

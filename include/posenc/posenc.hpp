@@ -8,6 +8,7 @@
 #include "config.hpp"
 #include "core/attention_config.hpp"
 #include "core/backend.hpp"
+#include "core/cpu.hpp"
 #include "core/error.hpp"
 #include "core/policy.hpp"
 #include "core/random.hpp"

@@ -639,7 +639,7 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 #endif
 }
 
-// simd::dot / dot_block (and dot_block_many, dot_block_two_runs) / axpy / dot_axpy
+// simd::dot / dot_block (and dot_block_many, dot_block_runs) / axpy / dot_axpy
 // (decode's row kernels) on storage T: the float result of the widened values bit for
 // bit, a double computation within the float bound,
 // a key's dot the same alone as in any block, one fused multiply-add per value, and (each
@@ -731,28 +731,57 @@ void check_widening_ops(const char* type) {
         CHECK(alone);
         CHECK(close);
         CHECK(many);
-        // dot_block_two_runs (AVX2; rows a multiple of four): the block's first and second
-        // halves as two runs of W / 2 keys, dot_block's bits
-        if constexpr (posenc::simd::has_two_run_dots_v<B>)
+        // dot_block_runs (AVX2: 2 runs, AVX-512: 4; rows a multiple of four): the block's
+        // keys as R runs of W / R, first back to back (dot_block's keys, its bits), then
+        // `gap` rows apart in a larger block (each run's keys the bits of dot_block over
+        // that run), the scores at the same offsets, nothing written between the runs
+        constexpr int R = posenc::simd::dot_runs_v<B>;
+        if constexpr (R > 0)
           if (keys == W && m % 4 == 0) {
-            const auto half = static_cast<std::size_t>(W / 2);
-            std::vector<std::vector<float>> run0(static_cast<std::size_t>(m)),
-                run1(static_cast<std::size_t>(m));
-            std::vector<float*> p0, p1;
-            for (int r = 0; r < m; ++r) {
-              run0[static_cast<std::size_t>(r)].assign(half, 0.0f);
-              run1[static_cast<std::size_t>(r)].assign(half, 0.0f);
-              p0.push_back(run0[static_cast<std::size_t>(r)].data());
-              p1.push_back(run1[static_cast<std::size_t>(r)].data());
+            constexpr int run = W / R;
+            std::vector<std::vector<float>> back(static_cast<std::size_t>(m));
+            std::vector<float*> pb;
+            for (auto& row : back) {
+              row.assign(static_cast<std::size_t>(W), 0.0f);
+              pb.push_back(row.data());
             }
-            posenc::simd::dot_block_two_runs<B>(qp.data(), m, kt.data(), kt.data() + (W / 2) * ldb,
-                                                ldb, n, p0.data(), p1.data());
+            posenc::simd::dot_block_runs<B>(qp.data(), m, kt.data(), ldb, run, n, pb.data());
             bool runs = true;
             for (std::size_t r = 0; r < static_cast<std::size_t>(m); ++r)
-              for (std::size_t c = 0; c < half; ++c)
-                runs = runs && bits32(run0[r][c]) == bits32(got[r][c]) &&
-                       bits32(run1[r][c]) == bits32(got[r][half + c]);
+              for (std::size_t c = 0; c < static_cast<std::size_t>(W); ++c)
+                runs = runs && bits32(back[r][c]) == bits32(got[r][c]);
             CHECK(runs);
+            const Index gap = run + 5;  // rows from one run's first key to the next's
+            const auto rows_far = static_cast<std::size_t>((R - 1) * gap + run);
+            const std::vector<float> ff = posenc_test::random_values<float>(
+                (rows_far - 1) * static_cast<std::size_t>(ldb) + size, 40);
+            const std::vector<T> far(ff.begin(), ff.end());
+            const float unset = -1234.5f;
+            std::vector<std::vector<float>> spread(static_cast<std::size_t>(m));
+            std::vector<float*> ps;
+            for (auto& row : spread) {
+              row.assign(rows_far, unset);
+              ps.push_back(row.data());
+            }
+            posenc::simd::dot_block_runs<B>(qp.data(), m, far.data(), ldb, gap, n, ps.data());
+            bool spread_ok = true;
+            for (int r = 0; r < R; ++r) {
+              std::vector<std::vector<float>> one(
+                  static_cast<std::size_t>(m), std::vector<float>(static_cast<std::size_t>(run)));
+              std::vector<float*> po;
+              for (auto& row : one) po.push_back(row.data());
+              dot_block<B>(qp.data(), m, far.data() + r * gap * ldb, ldb, run, n, po.data());
+              for (std::size_t i = 0; i < static_cast<std::size_t>(m); ++i)
+                for (int c = 0; c < run; ++c)
+                  spread_ok =
+                      spread_ok && bits32(spread[i][static_cast<std::size_t>(r * gap + c)]) ==
+                                       bits32(one[i][static_cast<std::size_t>(c)]);
+            }
+            for (std::size_t i = 0; i < static_cast<std::size_t>(m); ++i)
+              for (std::size_t c = 0; c < rows_far; ++c)
+                if (static_cast<Index>(c) % gap >= run)
+                  spread_ok = spread_ok && spread[i][c] == unset;
+            CHECK(spread_ok);
           }
       }
     }

@@ -1,4 +1,7 @@
 #include <cstring>
+#include <fstream>
+#include <posenc/core/cpu.hpp>
+#include <string>
 #include <posenc/backend/simd/packets.hpp>
 #include <posenc/core/backend.hpp>
 #include <type_traits>
@@ -60,4 +63,27 @@ TEST_CASE("packet kernels run on the nearest tag that has packets", "[core][back
   // a user's tag built on a packet tag runs that tag's packets
   struct my_tag : be::avx2 {};
   STATIC_REQUIRE(std::is_same_v<packet_arch_t<my_tag>, packet_arch_t<be::avx2>>);
+}
+
+TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][backend]") {
+  const posenc::cpu::maker m = posenc::cpu::maker_of_this_cpu();
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+  // the kernel's own reading of the same vendor string (absent under an emulator's
+  // foreign /proc: then nothing to compare)
+  std::ifstream info("/proc/cpuinfo");
+  std::string line, vendor;
+  while (vendor.empty() && std::getline(info, line))
+    if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
+  INFO("vendor_id: " << vendor);
+  if (vendor == "GenuineIntel") CHECK(m == posenc::cpu::maker::intel);
+  if (vendor == "AuthenticAMD") CHECK(m == posenc::cpu::maker::amd);
+#elif !defined(__x86_64__) && !defined(__i386__) && !defined(_M_X64) && !defined(_M_IX86)
+  CHECK(m == posenc::cpu::maker::unknown);  // no CPUID off x86
+#endif
+  // Intel's settings take decode's key runs, the others not; the settings in effect are
+  // this CPU's until a program sets them
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel).decode_key_runs);
+  CHECK_FALSE(posenc::cpu::settings(posenc::cpu::maker::amd).decode_key_runs);
+  CHECK_FALSE(posenc::cpu::settings(posenc::cpu::maker::unknown).decode_key_runs);
+  CHECK(posenc::cpu::tuning().decode_key_runs == (m == posenc::cpu::maker::intel));
 }

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/cpu.hpp"
 #include "../core/types.hpp"
 #include "../core/view.hpp"
 #include "scalar/flash.hpp"
@@ -192,31 +193,54 @@ struct kv_row_source {
       }
     }
   }
-  /// Whether this backend has dot_block_two_runs' kernels (AVX2's register tiles).
-  static constexpr bool two_run_kernels = packet_rows && simd::has_two_run_dots_v<Backend>;
-  /// Whether dot_block_two_runs takes m query rows sharing a block: m a multiple of 4,
-  /// float rows in place and back to back (head-major), where dot_block takes the register
-  /// tiles (many_rows). Two runs of keys half a tile apart, read side by side, are two
-  /// ascending streams where dot_block's one run reads a row and its neighbour side by
-  /// side: one query's GQA group of four on Zen 3, calls alternated in one process, medians
-  /// of 13-14 runs over two hours 1.07x / 1.17x at 4k keys (1 / 2 threads) and 1.08x /
-  /// 1.10x at 16k (single runs 0.93-1.30); 4 queries of MHA 0.97-1.24x; groups of 8 rows
-  /// 0.99-1.08x. 16-bit rows, widened in registers, ran 0.93-0.98x and keep one run
-  /// (docs/benchmarks.md).
-  bool two_runs(int m) const noexcept {
-    if constexpr (two_run_kernels)
-      return four_rows_ok && !widen_in_registers && m % 4 == 0 && many_rows(m);
+  /// Whether this backend has dot_block_runs' kernels (AVX2's and AVX-512's register tiles).
+  static constexpr bool run_kernels = packet_rows && simd::dot_runs_v<Backend> > 0;
+  /// How many runs of keys dot_block_runs takes for m query rows sharing a block (0: it
+  /// takes none): m a multiple of 4, rows read in place or widened in registers and back to
+  /// back (head-major), each run a forward stream of its own.
+  /// AVX2, float rows where dot_block takes the register tiles (many_rows): two runs half a
+  /// tile apart where dot_block's one run reads a row and its neighbour side by side: one
+  /// query's GQA group of four on Zen 3, calls alternated in one process, medians of 13-14
+  /// runs over two hours 1.07x / 1.17x at 4k keys (1 / 2 threads) and 1.08x / 1.10x at 16k
+  /// (single runs 0.93-1.30); 4 queries of MHA 0.97-1.24x; groups of 8 rows 0.99-1.08x.
+  /// 16-bit rows, widened in registers, ran 0.93-0.98x and keep one run.
+  /// AVX-512, where the CPU tuning asks for it (cpu::settings::decode_key_runs): four runs a
+  /// quarter of a tile apart, float or 16-bit rows (docs/benchmarks.md).
+  int dot_runs(int m) const noexcept {
+    if constexpr (run_kernels) {
+      if (!four_rows_ok || m % 4 != 0) return 0;
+      if constexpr (simd::dot_runs_v<Backend> == 2)
+        return !widen_in_registers && many_rows(m) ? 2 : 0;
+      else
+        return cpu::tuning().decode_key_runs.load(std::memory_order_relaxed)
+                   ? simd::dot_runs_v<Backend>
+                   : 0;
+    }
     static_cast<void>(m);
-    return false;
+    return 0;
   }
-  /// out0[i][c] = qs[i] · row j0 + c and out1[i][c] = qs[i] · row j1 + c of head h, for
-  /// c < dot_block_keys() / 2 and the m query rows i that share them, where two_runs(m):
-  /// each dot the same bits as dot_block's. Only called where two_run_kernels (a member
-  /// of a class template: not compiled for the other backends).
-  void dot_block_two_runs(Index h, Index j0, Index j1, const Real* const* qs, int m,
-                          Real* const* out0, Real* const* out1) noexcept {
+  /// out[i][r · run_rows + c] = qs[i] · row j + r · run_rows + c of head h, for the runs
+  /// r < dot_runs(m), c < dot_block_keys() / dot_runs(m) and the m query rows i that share
+  /// them, where dot_runs(m) > 0: each dot the same bits as dot_block's. Only called where
+  /// run_kernels (a member of a class template: not compiled for the other backends).
+  void dot_block_runs(Index h, Index j, Index run_rows, const Real* const* qs, int m,
+                      Real* const* out) noexcept {
+    if constexpr (packet_storage)
+      if (widen_in_registers)
+        return simd::dot_block_runs<Backend>(qs, m, stored_row(h, j),
+                                             source(hcs[h].*block).stride(0), run_rows, n, out);
     const kv_block<Real>& b = hcs[h].*block;
-    simd::dot_block_two_runs<Backend>(qs, m, b.row(j0), b.row(j1), b.ld, n, out0, out1);
+    simd::dot_block_runs<Backend>(qs, m, b.row(j), b.ld, run_rows, n, out);
+  }
+  /// Whether accumulate_heads, taking a tile's dots in four runs (dot_runs), asks for each
+  /// key's value row (rows of this source) right after the key's dot, in place of the block
+  /// prefetches 64 keys ahead: the value rows then come in as four streams beside the keys,
+  /// where the value blocks read one (1.2-1.5x with the four runs on the Intel Xeon, calls
+  /// alternated in one process; docs/benchmarks.md).
+  bool values_with_key_runs() const noexcept {
+    if constexpr (run_kernels && simd::dot_runs_v<Backend> == 4)
+      return four_rows_ok && cpu::tuning().decode_key_runs.load(std::memory_order_relaxed);
+    return false;
   }
   /// q · row j of head h (q: cols values): one query row per key row (MHA, one query).
   Real dot(Index h, Index j, const Real* q) noexcept {

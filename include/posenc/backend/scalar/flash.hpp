@@ -372,7 +372,9 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// ahead only over a token-major cache (KRows::dot_axpy). A GQA group's
 /// block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
 /// K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a few rows before
-/// each of the kernel's passes: VRows::spread_value_prefetch), 8 keys on over a
+/// each of the kernel's passes: VRows::spread_value_prefetch; AVX-512's on Intel, taking
+/// the dots in four runs, each key's value row right after its dot:
+/// VRows::values_with_key_runs), 8 keys on over a
 /// token-major cache of 16-bit rows, and
 /// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
 /// block_prefetch_keys). GCC had deleted every one of these prefetches until
@@ -386,17 +388,15 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 template <class Real>
 struct head_rows {
   std::vector<const Real*> q, p, block_p;  // block_p: p at the current value block's key
-  // s: the score rows (p's memory), block_s: at a key block (block_s2: at a second run of
-  // keys, KRows::dot_block_two_runs)
-  std::vector<Real*> o, s, block_s, block_s2;
+  // s: the score rows (p's memory), block_s: at a key block
+  std::vector<Real*> o, s, block_s;
   explicit head_rows(Index rows = 0)
       : q(static_cast<std::size_t>(rows)),
         p(static_cast<std::size_t>(rows)),
         block_p(static_cast<std::size_t>(rows)),
         o(static_cast<std::size_t>(rows)),
         s(static_cast<std::size_t>(rows)),
-        block_s(static_cast<std::size_t>(rows)),
-        block_s2(static_cast<std::size_t>(rows)) {}
+        block_s(static_cast<std::size_t>(rows)) {}
 };
 
 /// A run of keys [kbeg, kend) of heads [h0, h0 + count) that decode's one-query MHA path
@@ -489,8 +489,9 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
 /// `key_group` consecutive heads share their key rows and `value_group` their value rows
 /// (GQA: heads / kv_heads; 1 for MHA, and for keys a policy transforms per query head):
 /// the dot products of all their query rows with a block of key rows are taken together
-/// (KRows::dot_block, a packet's width of keys; AVX2 over head-major float rows: two runs
-/// of half as many keys, half a tile apart, KRows::dot_block_two_runs) and all their
+/// (KRows::dot_block, a packet's width of keys; over head-major rows, AVX2's float rows two
+/// runs of half as many keys half a tile apart, AVX-512's on Intel four runs a quarter of
+/// a tile apart: KRows::dot_block_runs) and all their
 /// output rows take a block of value rows together (VRows::axpy_block, each output value
 /// kept in a register over the block), so each K and V row is read once per group. (One query row
 /// per key and per value row, MHA with one query, is accumulate_one_query's.) One per key row alone
@@ -522,7 +523,11 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   const bool block_prefetch = block_prefetch_keys > 0;
   const bool spread_value_prefetch = vs.spread_value_prefetch();  // VRows::spread_value_prefetch
   const Index value_prefetch_keys = std::min(block_prefetch_keys, vs.value_prefetch_keys());
-  const bool two_runs = ks.two_runs(key_rows);  // dots in two runs of keys (KRows::two_runs)
+  const int runs = ks.dot_runs(key_rows);  // dots in runs of keys (KRows::dot_runs), or 0
+  // each key's value row asked for right after its dot (VRows::values_with_key_runs), in
+  // place of the block prefetches of the values; where a query head's keys are its own
+  // (key_group 1) a group's heads would ask for the same value rows, so not there
+  const bool values_with_keys = runs == 4 && key_group == value_group && vs.values_with_key_runs();
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -551,30 +556,30 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
         }
     } else {
       // blocks of dot_keys keys: a group's scores of a block are written to s[i] + c0.
-      // Where the rows allow (KRows::two_runs), the tile's first 2 · half keys go as blocks
-      // of two runs, keys [c0, c0 + run) and [half + c0, half + c0 + run): two ascending
-      // streams, each dot the same bits
-      Index paired = 0;  // keys [0, paired) taken in two runs
-      if constexpr (KRows::two_run_kernels)
-        if (two_runs) {
-          constexpr Index run = dot_keys / 2;
-          const Index half = nk / dot_keys * run;
-          for (Index c0 = 0; c0 < half; c0 += run)
+      // Where the rows allow (KRows::dot_runs), the tile's first runs · span keys go as
+      // blocks of that many runs, keys [r · span + c0, r · span + c0 + run) of run r: as
+      // many ascending streams, each dot the same bits; with four runs each key's value
+      // row is asked for right after its dot (VRows::values_with_key_runs)
+      Index paired = 0;  // keys [0, paired) taken in runs
+      if constexpr (KRows::run_kernels)
+        if (runs > 0) {
+          const Index run = dot_keys / runs, span = nk / dot_keys * run;
+          for (Index c0 = 0; c0 < span; c0 += run)
             for (Index h0 = 0; h0 < count; h0 += key_group) {
-              if (block_prefetch)
-                for (Index c = c0; c < c0 + run; ++c) {
-                  prefetch_ahead(h0, c, block_prefetch_keys);
-                  prefetch_ahead(h0, half + c, block_prefetch_keys);
-                }
-              for (int i = 0; i < key_rows; ++i) {
-                Real* const scores = hr.s[static_cast<std::size_t>(h0 * nb + i)];
-                hr.block_s[static_cast<std::size_t>(i)] = scores + c0;
-                hr.block_s2[static_cast<std::size_t>(i)] = scores + half + c0;
-              }
-              ks.dot_block_two_runs(h0, j0 + c0, j0 + half + c0, hr.q.data() + h0 * nb, key_rows,
-                                    hr.block_s.data(), hr.block_s2.data());
+              if (block_prefetch && !values_with_keys)
+                for (Index c = c0; c < c0 + run; ++c)
+                  for (Index r = 0; r < runs; ++r)
+                    prefetch_ahead(h0, r * span + c, block_prefetch_keys);
+              for (int i = 0; i < key_rows; ++i)
+                hr.block_s[static_cast<std::size_t>(i)] =
+                    hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
+              ks.dot_block_runs(h0, j0 + c0, span, hr.q.data() + h0 * nb, key_rows,
+                                hr.block_s.data());
+              if (values_with_keys)
+                for (Index r = 0; r < runs; ++r)
+                  for (Index c = c0; c < c0 + run; ++c) vs.prefetch(h0, j0 + r * span + c);
             }
-          paired = 2 * half;
+          paired = runs * span;
         }
       for (Index c0 = paired; c0 < nk; c0 += dot_keys) {
         const int n = static_cast<int>(std::min(dot_keys, nk - c0));
@@ -598,7 +603,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
         // the block's prefetches: spread over the kernel's passes, a few rows before each
         // (VRows::spread_value_prefetch), or all before it
         const auto ask = [&](int step, int steps) noexcept {
-          if (!block_prefetch) return;
+          if (!block_prefetch || values_with_keys) return;
           if (spread_value_prefetch) {
             for (Index c = c0 + step * kb / steps; c < c0 + (step + 1) * kb / steps; ++c)
               prefetch_ahead(h0, nk + c, value_prefetch_keys);

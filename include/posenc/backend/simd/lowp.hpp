@@ -16,7 +16,8 @@
 ///     dot_rows(a, b, ldb, keys, n, out)       one query row · consecutive key rows, dot's bits
 ///     dot_block(a, m, b, ldb, keys, n, out)   query rows · a block of key rows
 ///     dot_block_many(...)             the same bits, tiles of four rows (many rows, AVX-512)
-///     dot_block_two_runs(...)         the same bits, two runs of keys read side by side (AVX2)
+///     dot_block_runs(...)             the same bits, 2 (AVX2) or 4 (AVX-512) runs of keys read
+///                                     side by side
 ///     axpy(alpha, x, n, y)  axpy_rows(...)     y += alpha · float(x), and for a block of rows
 ///     axpy_rows_many(...)             the same bits, four rows x several packets held
 ///                                     widened in registers; the same bits as on float inputs
@@ -687,23 +688,89 @@ inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int ke
   }
 }
 
-/// dot_block4_avx2 over two runs of 4 keys, rows b0 + t · ldb and b1 + t · ldb (t < 4):
-/// tile t pairs key t of each run, so that the rows come as two ascending streams. The same
-/// FMAs per dot: the same bits. Run r's scores go to out_r[i][0..4).
+/// dot_block4_avx2 over two runs of 4 keys, rows b + t · ldb and b + (run_rows + t) · ldb
+/// (t < 4): tile t pairs key t of each run, so that the rows come as two ascending streams.
+/// The same FMAs per dot: the same bits. Run r's scores go to out[i] + r · run_rows.
 template <class T>
-inline void dot_block4_two_runs_avx2(const float* const* a, const T* b0, const T* b1, Index ldb,
-                                     Index n, float* const* out0, float* const* out1) noexcept {
-  const auto key = [&](int c) { return (c % 2 == 0 ? b0 : b1) + c / 2 * ldb; };
+inline void dot_block4_two_runs_avx2(const float* const* a, const T* b, Index ldb, Index run_rows,
+                                     Index n, float* const* out) noexcept {
+  const T* b1 = b + run_rows * ldb;
+  const auto key = [&](int c) { return (c % 2 == 0 ? b : b1) + c / 2 * ldb; };
   __m256 rows[4];
   dot_tiles4_avx2<T>(a, key, 4, n, rows);
   const __m256i runs = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // run 0's lanes, run 1's
   for (int i = 0; i < 4; ++i) {
     const __m256 r = _mm256_permutevar8x32_ps(rows[i], runs);
-    _mm_storeu_ps(out0[i], _mm256_castps256_ps128(r));
-    _mm_storeu_ps(out1[i], _mm256_extractf128_ps(r, 1));
+    _mm_storeu_ps(out[i], _mm256_castps256_ps128(r));
+    _mm_storeu_ps(out[i] + run_rows, _mm256_extractf128_ps(r, 1));
   }
 }
 #endif  // POSENC_ARCH_AVX2
+
+#if POSENC_ARCH_AVX512
+/// The dots of four query rows with four runs of 4 keys on AVX-512, key t of run r at
+/// b + (r · run_rows + t) · ldb, as 4 tiles of the 4 rows by 4 keys (tile t: key t of each
+/// run, so that each tile reads four rows far apart and the runs come as four ascending
+/// streams). Each dot has dot_tile's accumulator, fed in increasing k, and its lane of
+/// reduce_add_each: the same bits as dot_block. A tile's sums (lane 4i + r: row i, run r)
+/// are transposed in 128-bit quarters, so that row i's 4 keys of run r are one store to
+/// out[i] + r · run_rows.
+template <class T>
+inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index ldb,
+                                        Index run_rows, Index n, float* const* out) noexcept {
+  using IO = storage_io<T, backend::avx512>;
+  using P = packet<float, backend::avx512>;
+  constexpr Index W = P::size;
+  const Index whole = n / W * W;
+  const int rest = static_cast<int>(n - whole);
+  __m512 sums[4];
+  for (int t = 0; t < 4; ++t) {
+    const T* k[4];
+    for (int r = 0; r < 4; ++r) k[r] = b + (r * run_rows + t) * ldb;
+    P acc[16];
+    unrolled<16>([&](auto l) { acc[l] = P::zero(); });
+    const auto step = [&](const P(&x)[4], const P(&y)[4]) {
+      unrolled<4>([&](auto i) {
+        unrolled<4>([&](auto r) { acc[i * 4 + r] = fmadd(x[i], y[r], acc[i * 4 + r]); });
+      });
+    };
+    for (Index i = 0; i < whole; i += W) {
+      P x[4], y[4];
+      unrolled<4>([&](auto q) { x[q] = P::load(a[q] + i); });
+      unrolled<4>([&](auto r) { y[r] = IO::load(k[r] + i); });
+      step(x, y);
+    }
+    if (rest > 0) {
+      P x[4], y[4];
+      unrolled<4>([&](auto q) { x[q] = P::load_partial(a[q] + whole, rest); });
+      unrolled<4>([&](auto r) { y[r] = IO::load_partial(k[r] + whole, rest); });
+      step(x, y);
+    }
+    sums[t] = reduce_add_each(acc).v;
+  }
+  // quarter i of sums[t] holds row i's keys t of runs 0..3: a 4 x 4 transpose per quarter
+  // (the maskz forms: GCC 12 warns on the plain ones' undefined passthrough)
+  const auto lo = [](__m512 x, __m512 y) { return _mm512_maskz_unpacklo_ps(0xFFFF, x, y); };
+  const auto hi = [](__m512 x, __m512 y) { return _mm512_maskz_unpackhi_ps(0xFFFF, x, y); };
+  const auto lo2 = [](__m512 x, __m512 y) {
+    return _mm512_castpd_ps(
+        _mm512_maskz_unpacklo_pd(0xFF, _mm512_castps_pd(x), _mm512_castps_pd(y)));
+  };
+  const auto hi2 = [](__m512 x, __m512 y) {
+    return _mm512_castpd_ps(
+        _mm512_maskz_unpackhi_pd(0xFF, _mm512_castps_pd(x), _mm512_castps_pd(y)));
+  };
+  const __m512 t0 = lo(sums[0], sums[1]), t1 = hi(sums[0], sums[1]), t2 = lo(sums[2], sums[3]),
+               t3 = hi(sums[2], sums[3]);
+  const __m512 run[4] = {lo2(t0, t2), hi2(t0, t2), lo2(t1, t3), hi2(t1, t3)};
+  unrolled<4>([&](auto r) {
+    _mm_storeu_ps(out[0] + r * run_rows, _mm512_maskz_extractf32x4_ps(0xF, run[r], 0));
+    _mm_storeu_ps(out[1] + r * run_rows, _mm512_maskz_extractf32x4_ps(0xF, run[r], 1));
+    _mm_storeu_ps(out[2] + r * run_rows, _mm512_maskz_extractf32x4_ps(0xF, run[r], 2));
+    _mm_storeu_ps(out[3] + r * run_rows, _mm512_maskz_extractf32x4_ps(0xF, run[r], 3));
+  });
+}
+#endif  // POSENC_ARCH_AVX512
 
 }  // namespace detail
 
@@ -756,28 +823,40 @@ inline void dot_block_many(const float* const* a, int m, const T* b, Index ldb, 
   if (i < m) dot_block<Arch>(a + i, m - i, b, ldb, keys, n, out + i);
 }
 
-/// Whether dot_block_two_runs is defined on Arch: AVX2's register tiles.
+/// How many runs of keys dot_block_runs reads side by side on Arch: 2 on AVX2 (register
+/// tiles of 4 rows by 2 keys), 4 on AVX-512 (4 rows by 4 keys); 0 where it has no kernel.
 template <class Arch>
-inline constexpr bool has_two_run_dots_v =
-    POSENC_ARCH_AVX2 != 0 && std::is_same_v<Arch, backend::avx2>;
+inline constexpr int dot_runs_v = (POSENC_ARCH_AVX512 != 0 && std::is_same_v<Arch, backend::avx512>)
+                                      ? 4
+                                  : (POSENC_ARCH_AVX2 != 0 && std::is_same_v<Arch, backend::avx2>)
+                                      ? 2
+                                      : 0;
 
-/// dot_block_many for m rows (a multiple of 4) against two runs of W / 2 key rows each,
-/// rows b0 + c · ldb and b1 + c · ldb (c < W / 2), run r's scores to out_r[i][c]: every
-/// tile takes a row of each run, so the two runs are read side by side, two ascending
-/// streams where each run's rows lie back to back. Each dot has the FMAs and the sum of
-/// dot_block: the same bits. Needs has_two_run_dots_v<Arch> and has_widening_ops_v<Arch, T>.
+/// dot_block_many for m rows (a multiple of 4) against R = dot_runs_v<Arch> runs of W / R
+/// key rows each, key c of run r at b + (r · run_rows + c) · ldb, its score to
+/// out[i][r · run_rows + c] (c < W / R): every tile takes a row of each run, so the runs
+/// are read side by side, R ascending streams where each run's rows lie back to back
+/// (a 256-key tile's dots as runs 256 / R keys apart). Each dot has the FMAs and the sum
+/// of dot_block: the same bits. Needs dot_runs_v<Arch> > 0 and has_widening_ops_v<Arch, T>.
 template <class Arch, class T>
-inline void dot_block_two_runs(const float* const* a, int m, const T* b0, const T* b1, Index ldb,
-                               Index n, float* const* out0, float* const* out1) noexcept {
-  static_assert(has_two_run_dots_v<Arch>, "dot_block_two_runs: AVX2 only");
-  assert(m % 4 == 0);  // the caller's precondition (kv_row_source::two_runs): no row left out
-#if POSENC_ARCH_AVX2
-  for (int i = 0; i + 4 <= m; i += 4)
-    detail::dot_block4_two_runs_avx2(a + i, b0, b1, ldb, n, out0 + i, out1 + i);
-#else
-  static_cast<void>(a), static_cast<void>(m), static_cast<void>(b0), static_cast<void>(b1);
-  static_cast<void>(ldb), static_cast<void>(n), static_cast<void>(out0), static_cast<void>(out1);
+inline void dot_block_runs(const float* const* a, int m, const T* b, Index ldb, Index run_rows,
+                           Index n, float* const* out) noexcept {
+  static_assert(dot_runs_v<Arch> > 0, "dot_block_runs: AVX2 and AVX-512 only");
+  assert(m % 4 == 0);  // the caller's precondition (kv_row_source::dot_runs): no row left out
+#if POSENC_ARCH_AVX512
+  if constexpr (std::is_same_v<Arch, backend::avx512>) {
+    for (int i = 0; i + 4 <= m; i += 4)
+      detail::dot_block4_four_runs_avx512(a + i, b, ldb, run_rows, n, out + i);
+    return;
+  }
 #endif
+#if POSENC_ARCH_AVX2
+  if constexpr (std::is_same_v<Arch, backend::avx2>)
+    for (int i = 0; i + 4 <= m; i += 4)
+      detail::dot_block4_two_runs_avx2(a + i, b, ldb, run_rows, n, out + i);
+#endif
+  static_cast<void>(a), static_cast<void>(m), static_cast<void>(b), static_cast<void>(ldb);
+  static_cast<void>(run_rows), static_cast<void>(n), static_cast<void>(out);
 }
 
 namespace detail {

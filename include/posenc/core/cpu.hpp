@@ -1,0 +1,80 @@
+#pragma once
+/// \file
+/// The running CPU's maker, and the tuning choices that follow from it where a backend tag
+/// (fixed at compile time: core/backend.hpp) leaves one open. An AVX-512 build runs on
+/// Intel's and AMD's cores alike, and the two differ in what their memory systems favour:
+/// on the 2-core Intel Xeon measured here (docs/benchmarks.md) one core reads a single
+/// ascending stream at about half the rate of four, where AMD's Zen 3 and Zen 4 cores
+/// lose little with one or two.
+///
+///     cpu::maker_of_this_cpu()     intel, amd or unknown (CPUID's vendor string; unknown
+///                                  off x86)
+///     cpu::tuning()                the choices in effect (cpu::settings), found from the
+///                                  maker on first use; a program (a test, a benchmark)
+///                                  may set them before its calls
+#include <atomic>
+#include <cstring>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define POSENC_CPUID_GNU 1
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#include <intrin.h>
+#define POSENC_CPUID_MSVC 1
+#endif
+
+namespace posenc {
+namespace cpu {
+
+/// Who made the CPU this program runs on, as far as the tuning choices care.
+enum class maker { unknown, intel, amd };
+
+/// The running CPU's maker, from CPUID leaf 0's vendor string (unknown off x86).
+inline maker maker_of_this_cpu() noexcept {
+  char id[13] = {};
+#if defined(POSENC_CPUID_GNU)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return maker::unknown;
+  std::memcpy(id, &b, 4);
+  std::memcpy(id + 4, &d, 4);
+  std::memcpy(id + 8, &c, 4);
+#elif defined(POSENC_CPUID_MSVC)
+  int r[4] = {};
+  __cpuid(r, 0);
+  std::memcpy(id, &r[1], 4);
+  std::memcpy(id + 4, &r[3], 4);
+  std::memcpy(id + 8, &r[2], 4);
+#else
+  return maker::unknown;
+#endif
+  if (std::strcmp(id, "GenuineIntel") == 0) return maker::intel;
+  if (std::strcmp(id, "AuthenticAMD") == 0) return maker::amd;
+  return maker::unknown;
+}
+
+/// Tuning choices that depend on the running CPU rather than on the instruction set. Every
+/// choice gives the same bits; only the speed differs. Atomic so that reading them in a
+/// kernel's setup is safe while another thread sets them (a call already running keeps
+/// what it read).
+struct settings {
+  /// Decode's GQA block kernels on AVX-512 (backend/scalar/flash.hpp, accumulate_heads,
+  /// head-major K/V): take a key tile's dots as four runs a quarter of the tile apart
+  /// (simd::dot_block_runs) and ask for each key's value row right after its dot, instead
+  /// of one run of neighbouring keys with the rows asked for 64 keys ahead. On the Intel
+  /// Xeon one query's GQA group of four ran 1.2-1.5x so (calls alternated in one process);
+  /// not measured on AMD's AVX-512 cores (Zen 4, Zen 5), which keep the order measured
+  /// there. True on Intel CPUs.
+  std::atomic<bool> decode_key_runs{false};
+
+  settings() noexcept = default;
+  explicit settings(maker m) noexcept : decode_key_runs(m == maker::intel) {}
+};
+
+/// The settings in effect: on first use those of this CPU's maker.
+inline settings& tuning() noexcept {
+  static settings s(maker_of_this_cpu());
+  return s;
+}
+
+}  // namespace cpu
+}  // namespace posenc
