@@ -1,9 +1,9 @@
 #include <cstring>
 #include <fstream>
-#include <posenc/core/cpu.hpp>
-#include <string>
 #include <posenc/backend/simd/packets.hpp>
 #include <posenc/core/backend.hpp>
+#include <posenc/core/cpu.hpp>
+#include <string>
 #include <type_traits>
 
 #include "support/catch.hpp"
