@@ -751,6 +751,23 @@ void check_widening_ops(const char* type) {
               for (std::size_t c = 0; c < static_cast<std::size_t>(W); ++c)
                 runs = runs && bits32(back[r][c]) == bits32(got[r][c]);
             CHECK(runs);
+            // with a step hook (decode's value prefetches beside the keys): on AVX-512 once
+            // before each of the kernel's steps over the packets (run keys x packets a row),
+            // in order; on AVX2 once; the same bits
+            std::vector<std::vector<float>> hooked = back;
+            std::vector<float*> ph;
+            for (auto& row : hooked) {
+              std::fill(row.begin(), row.end(), 0.0f);
+              ph.push_back(row.data());
+            }
+            std::vector<std::pair<int, int>> seen, want;
+            posenc::simd::dot_block_runs<B>(
+                qp.data(), m, kt.data(), ldb, run, n, ph.data(),
+                [&](int step, int steps) noexcept { seen.emplace_back(step, steps); });
+            const int steps = R == 4 ? run * static_cast<int>((n + W - 1) / W) : 1;
+            for (int st = 0; st < steps; ++st) want.emplace_back(st, steps);
+            CHECK(seen == want);
+            CHECK(hooked == back);
             const Index gap = run + 5;  // rows from one run's first key to the next's
             const auto rows_far = static_cast<std::size_t>((R - 1) * gap + run);
             const std::vector<float> ff = posenc_test::random_values<float>(

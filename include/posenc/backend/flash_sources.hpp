@@ -223,14 +223,17 @@ struct kv_row_source {
   /// r < dot_runs(m), c < dot_block_keys() / dot_runs(m) and the m query rows i that share
   /// them, where dot_runs(m) > 0: each dot the same bits as dot_block's. Only called where
   /// run_kernels (a member of a class template: not compiled for the other backends).
+  /// step(s, steps): simd::dot_block_runs' hook, the caller's prefetches in step with the
+  /// reads.
+  template <class Step>
   void dot_block_runs(Index h, Index j, Index run_rows, const Real* const* qs, int m,
-                      Real* const* out) noexcept {
+                      Real* const* out, Step&& step) noexcept {
     if constexpr (packet_storage)
       if (widen_in_registers)
-        return simd::dot_block_runs<Backend>(qs, m, stored_row(h, j),
-                                             source(hcs[h].*block).stride(0), run_rows, n, out);
+        return simd::dot_block_runs<Backend>(
+            qs, m, stored_row(h, j), source(hcs[h].*block).stride(0), run_rows, n, out, step);
     const kv_block<Real>& b = hcs[h].*block;
-    simd::dot_block_runs<Backend>(qs, m, b.row(j), b.ld, run_rows, n, out);
+    simd::dot_block_runs<Backend>(qs, m, b.row(j), b.ld, run_rows, n, out, step);
   }
   /// Whether accumulate_heads, taking a tile's dots in four runs (dot_runs), asks for each
   /// key's value row (rows of this source) right after the key's dot, in place of the block
@@ -404,6 +407,26 @@ struct kv_row_source {
   /// asked for 32 keys on, 8 KiB as for float, 1.01x).
   Index value_prefetch_keys() const noexcept {
     return std::min<Index>(block_prefetch_keys(), value_block());
+  }
+  /// Asks for share `part` of `parts` of row j of head h: its cache lines
+  /// [part · lines / parts, (part + 1) · lines / parts), so that a row asked for over
+  /// `parts` calls is asked for once, a few lines at a time.
+  void prefetch_share(Index h, Index j, int part, int parts) const noexcept {
+    const char* p = nullptr;
+    Index bytes = 0;
+    const kv_block<Real>& b = hcs[h].*block;
+    if (b.data) {
+      p = reinterpret_cast<const char*>(b.row(j));
+      bytes = n * static_cast<Index>(sizeof(Real));
+    } else if (source(b).inner_contiguous()) {
+      p = reinterpret_cast<const char*>(source(b).vector_ptr(j));
+      bytes = n * static_cast<Index>(sizeof(value_type));
+    }
+    if (!p) return;
+    const Index lines = (bytes + 63) / 64;
+    for (Index l = part * lines / parts; l < (part + 1) * lines / parts; ++l)
+      POSENC_PREFETCH(p + 64 * l);
+    POSENC_PREFETCH_KEEP(p);  // else GCC may delete the calls as dead (config.hpp)
   }
   void prefetch(Index h, Index j) const noexcept {
     const kv_block<Real>& b = hcs[h].*block;

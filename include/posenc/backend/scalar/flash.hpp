@@ -573,11 +573,23 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
               for (int i = 0; i < key_rows; ++i)
                 hr.block_s[static_cast<std::size_t>(i)] =
                     hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
-              ks.dot_block_runs(h0, j0 + c0, span, hr.q.data() + h0 * nb, key_rows,
-                                hr.block_s.data());
-              if (values_with_keys)
+              // each key's value rows asked for beside its key rows, a share of a row
+              // per step of the kernel (the dots' hook: key c of every run takes steps / run
+              // steps), so that the misses go out evenly with the reads
+              const auto ask = [&](int step, int steps) noexcept {
+                if (!values_with_keys) return;
+                if (steps < run) {  // one call for the block: every key's rows at once
+                  for (Index c = c0; c < c0 + run; ++c)
+                    for (Index r = 0; r < runs; ++r) vs.prefetch(h0, j0 + r * span + c);
+                  return;
+                }
+                const int per_key = steps / static_cast<int>(run);
+                const Index c = c0 + std::min<Index>(step / per_key, run - 1);
                 for (Index r = 0; r < runs; ++r)
-                  for (Index c = c0; c < c0 + run; ++c) vs.prefetch(h0, j0 + r * span + c);
+                  vs.prefetch_share(h0, j0 + r * span + c, step % per_key, per_key);
+              };
+              ks.dot_block_runs(h0, j0 + c0, span, hr.q.data() + h0 * nb, key_rows,
+                                hr.block_s.data(), ask);
             }
           paired = runs * span;
         }

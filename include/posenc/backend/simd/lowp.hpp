@@ -714,37 +714,42 @@ inline void dot_block4_two_runs_avx2(const float* const* a, const T* b, Index ld
 /// streams). Each dot has dot_tile's accumulator, fed in increasing k, and its lane of
 /// reduce_add_each: the same bits as dot_block. A tile's sums (lane 4i + r: row i, run r)
 /// are transposed in 128-bit quarters, so that row i's 4 keys of run r are one store to
-/// out[i] + r · run_rows.
-template <class T>
+/// out[i] + r · run_rows. step(s, steps) before each of the 4 tiles' passes over the
+/// packets (s = t · per_tile + packet).
+template <class T, class Step>
 inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index ldb,
-                                        Index run_rows, Index n, float* const* out) noexcept {
+                                        Index run_rows, Index n, float* const* out,
+                                        Step&& step) noexcept {
   using IO = storage_io<T, backend::avx512>;
   using P = packet<float, backend::avx512>;
   constexpr Index W = P::size;
   const Index whole = n / W * W;
   const int rest = static_cast<int>(n - whole);
+  const int per_tile = static_cast<int>(whole / W) + (rest > 0 ? 1 : 0), steps = 4 * per_tile;
   __m512 sums[4];
   for (int t = 0; t < 4; ++t) {
     const T* k[4];
     for (int r = 0; r < 4; ++r) k[r] = b + (r * run_rows + t) * ldb;
     P acc[16];
     unrolled<16>([&](auto l) { acc[l] = P::zero(); });
-    const auto step = [&](const P(&x)[4], const P(&y)[4]) {
+    const auto add = [&](const P(&x)[4], const P(&y)[4]) {
       unrolled<4>([&](auto i) {
         unrolled<4>([&](auto r) { acc[i * 4 + r] = fmadd(x[i], y[r], acc[i * 4 + r]); });
       });
     };
     for (Index i = 0; i < whole; i += W) {
+      step(t * per_tile + static_cast<int>(i / W), steps);
       P x[4], y[4];
       unrolled<4>([&](auto q) { x[q] = P::load(a[q] + i); });
       unrolled<4>([&](auto r) { y[r] = IO::load(k[r] + i); });
-      step(x, y);
+      add(x, y);
     }
     if (rest > 0) {
+      step(t * per_tile + per_tile - 1, steps);
       P x[4], y[4];
       unrolled<4>([&](auto q) { x[q] = P::load_partial(a[q] + whole, rest); });
       unrolled<4>([&](auto r) { y[r] = IO::load_partial(k[r] + whole, rest); });
-      step(x, y);
+      add(x, y);
     }
     sums[t] = reduce_add_each(acc).v;
   }
@@ -837,26 +842,47 @@ inline constexpr int dot_runs_v = (POSENC_ARCH_AVX512 != 0 && std::is_same_v<Arc
 /// out[i][r · run_rows + c] (c < W / R): every tile takes a row of each run, so the runs
 /// are read side by side, R ascending streams where each run's rows lie back to back
 /// (a 256-key tile's dots as runs 256 / R keys apart). Each dot has the FMAs and the sum
-/// of dot_block: the same bits. Needs dot_runs_v<Arch> > 0 and has_widening_ops_v<Arch, T>.
-template <class Arch, class T>
+/// of dot_block: the same bits. step(s, steps) is called once for each s < steps, in
+/// order, during the first four rows' work: on AVX-512 before each step of the kernel
+/// over the packets, key c of every run taking steps [c · steps / (W / R), (c + 1) · steps
+/// / (W / R)) in order of its packets, so that a caller can ask for memory in step with the
+/// reads (decode asks for each key's value row a share at a time beside its key row:
+/// backend/scalar/flash.hpp); on AVX2 once (steps 1) before the kernel. Needs
+/// dot_runs_v<Arch> > 0 and has_widening_ops_v<Arch, T>.
+template <class Arch, class T, class Step>
 inline void dot_block_runs(const float* const* a, int m, const T* b, Index ldb, Index run_rows,
-                           Index n, float* const* out) noexcept {
+                           Index n, float* const* out, Step&& step) noexcept {
   static_assert(dot_runs_v<Arch> > 0, "dot_block_runs: AVX2 and AVX-512 only");
   assert(m % 4 == 0);  // the caller's precondition (kv_row_source::dot_runs): no row left out
 #if POSENC_ARCH_AVX512
   if constexpr (std::is_same_v<Arch, backend::avx512>) {
-    for (int i = 0; i + 4 <= m; i += 4)
-      detail::dot_block4_four_runs_avx512(a + i, b, ldb, run_rows, n, out + i);
+    for (int i = 0; i + 4 <= m; i += 4) {
+      if (i == 0)
+        detail::dot_block4_four_runs_avx512(a, b, ldb, run_rows, n, out, step);
+      else
+        detail::dot_block4_four_runs_avx512(a + i, b, ldb, run_rows, n, out + i,
+                                            [](int, int) noexcept {});
+    }
     return;
   }
 #endif
 #if POSENC_ARCH_AVX2
-  if constexpr (std::is_same_v<Arch, backend::avx2>)
+  if constexpr (std::is_same_v<Arch, backend::avx2>) {
+    step(0, 1);
     for (int i = 0; i + 4 <= m; i += 4)
       detail::dot_block4_two_runs_avx2(a + i, b, ldb, run_rows, n, out + i);
+  }
 #endif
   static_cast<void>(a), static_cast<void>(m), static_cast<void>(b), static_cast<void>(ldb);
   static_cast<void>(run_rows), static_cast<void>(n), static_cast<void>(out);
+  static_cast<void>(step);
+}
+
+/// dot_block_runs without a step hook.
+template <class Arch, class T>
+inline void dot_block_runs(const float* const* a, int m, const T* b, Index ldb, Index run_rows,
+                           Index n, float* const* out) noexcept {
+  dot_block_runs<Arch>(a, m, b, ldb, run_rows, n, out, [](int, int) noexcept {});
 }
 
 namespace detail {
