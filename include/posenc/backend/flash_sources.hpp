@@ -236,9 +236,11 @@ struct kv_row_source {
     simd::dot_block_runs<Backend>(qs, m, b.row(j), b.ld, run_rows, n, out, step);
   }
   /// Whether accumulate_heads, taking a tile's dots in four runs (dot_runs), asks for each
-  /// key's value row (rows of this source) right after the key's dot, in place of the block
-  /// prefetches 64 keys ahead: the value rows then come in as four streams beside the keys,
-  /// where the value blocks read one (1.2-1.5x with the four runs on the Intel Xeon, calls
+  /// key's value row (rows of this source) beside the key's dot, a share of the row at each
+  /// step of the dot kernel (prefetch_share), in place of the block prefetches 64 keys
+  /// ahead: the value rows then come in as four streams beside the keys, where the value
+  /// blocks read one (1.2-1.5x with the four runs on the Intel Xeon, asked for after each
+  /// block; a share at each step 1.09-1.14x more at one thread, 1.00-1.09x at two: calls
   /// alternated in one process; docs/benchmarks.md).
   bool values_with_key_runs() const noexcept {
     if constexpr (run_kernels && simd::dot_runs_v<Backend> == 4)

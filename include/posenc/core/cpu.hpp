@@ -59,7 +59,7 @@ inline maker maker_of_this_cpu() noexcept {
 struct settings {
   /// Decode's GQA block kernels on AVX-512 (backend/scalar/flash.hpp, accumulate_heads,
   /// head-major K/V): take a key tile's dots as four runs a quarter of the tile apart
-  /// (simd::dot_block_runs) and ask for each key's value row right after its dot, instead
+  /// (simd::dot_block_runs) and ask for each key's value row beside its dot, instead
   /// of one run of neighbouring keys with the rows asked for 64 keys ahead. On the Intel
   /// Xeon one query's GQA group of four ran 1.2-1.5x so (calls alternated in one process);
   /// not measured on AMD's AVX-512 cores (Zen 4, Zen 5), which keep the order measured

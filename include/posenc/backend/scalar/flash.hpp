@@ -373,7 +373,7 @@ inline void prefetch_rows(const strided_view<T, 2>& x, Index r0, Index n) noexce
 /// block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
 /// K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a few rows before
 /// each of the kernel's passes: VRows::spread_value_prefetch; AVX-512's on Intel, taking
-/// the dots in four runs, each key's value row right after its dot:
+/// the dots in four runs, each key's value row a share at a time beside its key row:
 /// VRows::values_with_key_runs), 8 keys on over a
 /// token-major cache of 16-bit rows, and
 /// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
@@ -524,7 +524,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   const bool spread_value_prefetch = vs.spread_value_prefetch();  // VRows::spread_value_prefetch
   const Index value_prefetch_keys = std::min(block_prefetch_keys, vs.value_prefetch_keys());
   const int runs = ks.dot_runs(key_rows);  // dots in runs of keys (KRows::dot_runs), or 0
-  // each key's value row asked for right after its dot (VRows::values_with_key_runs), in
+  // each key's value row asked for beside its dot (VRows::values_with_key_runs), in
   // place of the block prefetches of the values; where a query head's keys are its own
   // (key_group 1) a group's heads would ask for the same value rows, so not there
   const bool values_with_keys = runs == 4 && key_group == value_group && vs.values_with_key_runs();
@@ -559,7 +559,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       // Where the rows allow (KRows::dot_runs), the tile's first runs · span keys go as
       // blocks of that many runs, keys [r · span + c0, r · span + c0 + run) of run r: as
       // many ascending streams, each dot the same bits; with four runs each key's value
-      // row is asked for right after its dot (VRows::values_with_key_runs)
+      // row is asked for beside its dot (VRows::values_with_key_runs)
       Index paired = 0;  // keys [0, paired) taken in runs
       if constexpr (KRows::run_kernels)
         if (runs > 0) {
