@@ -430,13 +430,8 @@ struct kv_row_source {
       POSENC_PREFETCH(p + 64 * l);
     POSENC_PREFETCH_KEEP(p);  // else GCC may delete the calls as dead (config.hpp)
   }
-  void prefetch(Index h, Index j) const noexcept {
-    const kv_block<Real>& b = hcs[h].*block;
-    if (b.data)
-      prefetch_row(b.row(j), n);
-    else if (source(b).inner_contiguous())
-      prefetch_row(source(b).vector_ptr(j), n);
-  }
+  /// Asks for row j of head h (every line of it).
+  void prefetch(Index h, Index j) const noexcept { prefetch_share(h, j, 0, 1); }
 
  private:
   // an alias: nvcc's host pass rewrites a direct member-pointer declaration with
