@@ -4,6 +4,7 @@
 
 // Which tile kernel a call ran (POSENC_KERNEL_TRACE, config.hpp): defined before every
 // posenc include of this program (its only translation unit).
+#include <algorithm>
 #include <atomic>
 
 namespace posenc_test {
@@ -25,6 +26,7 @@ inline void trace_tiles(const char* op, const char* arch) noexcept {
 #include <posenc/encoding/shaw.hpp>
 #include <posenc/encoding/t5_bias.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 // clang-format on
@@ -537,6 +539,69 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     }
     key_runs = was;
   }
+}
+
+TEST_CASE("paced_rows asks for every line of a block's value rows once, key by key, in step",
+          "[flash][decode]") {
+  // The hook AVX-512's four-run GQA dots call before each of their steps (decode's value
+  // rows asked for beside the keys): key c's rows, one per run, over steps [c · per_key,
+  // (c + 1) · per_key), each line of each row exactly once and in order, evenly (no step
+  // asks for more than one line per run more than another of its key), and nothing once
+  // the rows are asked for; with fewer steps than keys, every row at the first step.
+  struct asked {
+    std::vector<std::pair<int, std::ptrdiff_t>>* log;  // (step, byte offset)
+    const int* step;
+    const char* base;
+    void operator()(const char* p) const { log->emplace_back(*step, p - base); }
+  };
+  const std::vector<char> rows(1 << 16);
+  const char* base = rows.data();
+  for (const int runs : {1, 2, 4})
+    for (const int keys : {1, 3, 4})
+      for (const long lines : {1L, 4L, 5L, 8L, 9L})
+        for (const int steps : {1, 2, 8, 32, 33, 36}) {
+          INFO("runs " << runs << ", keys " << keys << ", lines " << lines << ", steps " << steps);
+          const long stride = 64 * lines + 192, span = keys * stride + 1024;
+          const char* first[4];
+          for (int r = 0; r < runs; ++r) first[r] = base + r * span;
+          std::vector<std::pair<int, std::ptrdiff_t>> log;
+          int step = 0;
+          posenc::kernels::flash::paced_rows<4, asked> pace(first, runs, stride, keys, lines,
+                                                            asked{&log, &step, base});
+          for (; step < steps + 3; ++step) pace(step, steps);  // 3 calls past the end: none
+          // every (run, key, line) once, and in order within each run
+          REQUIRE(log.size() == static_cast<std::size_t>(runs * keys * lines));
+          std::vector<long> per_step(static_cast<std::size_t>(steps + 3), 0);
+          std::vector<std::ptrdiff_t> next(static_cast<std::size_t>(runs), 0);
+          for (const auto& [st, off] : log) {
+            const long r = off / span, at = off % span, key = at / stride,
+                       line = (at % stride) / 64;
+            REQUIRE(r < runs);
+            CHECK(at % stride % 64 == 0);
+            CHECK(off == r * span + next[static_cast<std::size_t>(r)]);
+            const std::ptrdiff_t here = key * stride + 64 * line;
+            next[static_cast<std::size_t>(r)] = line + 1 == lines ? (key + 1) * stride : here + 64;
+            ++per_step[static_cast<std::size_t>(st)];
+            if (steps < keys) {
+              CHECK(st == 0);
+            } else {
+              const long per_key = steps / keys;
+              CHECK(st >= key * per_key);
+              CHECK(st < (key + 1) * per_key);
+            }
+          }
+          for (long st = steps; st < steps + 3; ++st)
+            CHECK(per_step[static_cast<std::size_t>(st)] == 0);
+          if (steps >= keys) {  // evenly: within a key's steps, lines per run differ by one at most
+            const long per_key = steps / keys;
+            for (int key = 0; key < keys; ++key) {
+              const auto lo = per_step.begin() + key * per_key;
+              const auto [mn, mx] = std::minmax_element(lo, lo + per_key);
+              CHECK(*mx - *mn <= runs);
+              CHECK(*mx <= runs * ((lines + per_key - 1) / per_key));
+            }
+          }
+        }
 }
 
 TEST_CASE("decode: MHA with one query reads all of a thread's chunks in one pipeline",

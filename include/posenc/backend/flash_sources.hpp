@@ -237,11 +237,12 @@ struct kv_row_source {
   }
   /// Whether accumulate_heads, taking a tile's dots in four runs (dot_runs), asks for each
   /// key's value row (rows of this source) beside the key's dot, a share of the row at each
-  /// step of the dot kernel (prefetch_share), in place of the block prefetches 64 keys
+  /// step of the dot kernel (paced_rows), in place of the block prefetches 64 keys
   /// ahead: the value rows then come in as four streams beside the keys, where the value
   /// blocks read one (1.2-1.5x with the four runs on the Intel Xeon, asked for after each
-  /// block; a share at each step 1.09-1.14x more at one thread, 1.00-1.09x at two: calls
-  /// alternated in one process; docs/benchmarks.md).
+  /// block; a share at each step 1.09-1.14x more at one thread, 1.00-1.09x at two, and
+  /// 1.30-2.1x more once the shares were found without divisions: calls alternated in one
+  /// process; docs/benchmarks.md).
   bool values_with_key_runs() const noexcept {
     if constexpr (run_kernels && simd::dot_runs_v<Backend> == 4)
       return four_rows_ok && cpu::tuning().decode_key_runs.load(std::memory_order_relaxed);
@@ -410,28 +411,29 @@ struct kv_row_source {
   Index value_prefetch_keys() const noexcept {
     return std::min<Index>(block_prefetch_keys(), value_block());
   }
-  /// Asks for share `part` of `parts` of row j of head h: its cache lines
-  /// [part · lines / parts, (part + 1) · lines / parts), so that a row asked for over
-  /// `parts` calls is asked for once, a few lines at a time.
-  void prefetch_share(Index h, Index j, int part, int parts) const noexcept {
-    const char* p = nullptr;
-    Index bytes = 0;
+  /// Where row j of head h lies as stored: in place, or in the caller's unit-stride
+  /// storage (nullptr for rows converted one at a time). What the prefetches ask for.
+  const char* stored_row_at(Index h, Index j) const noexcept {
     const kv_block<Real>& b = hcs[h].*block;
-    if (b.data) {
-      p = reinterpret_cast<const char*>(b.row(j));
-      bytes = n * static_cast<Index>(sizeof(Real));
-    } else if (source(b).inner_contiguous()) {
-      p = reinterpret_cast<const char*>(source(b).vector_ptr(j));
-      bytes = n * static_cast<Index>(sizeof(value_type));
-    }
+    if (b.data) return reinterpret_cast<const char*>(b.row(j));
+    if (source(b).inner_contiguous()) return reinterpret_cast<const char*>(source(b).vector_ptr(j));
+    return nullptr;
+  }
+  /// Bytes from one stored row to the next where the packet kernels read the rows as
+  /// stored (0 where they are converted into a buffer).
+  Index stored_row_stride() const noexcept { return row_bytes; }
+  /// Cache lines of a stored row (from its first byte).
+  Index stored_row_lines() const noexcept {
+    const std::size_t bytes = (hcs->*block).data ? sizeof(Real) : sizeof(value_type);
+    return (n * static_cast<Index>(bytes) + 63) / 64;
+  }
+  /// Asks for row j of head h (every line of it, where it lies as stored).
+  void prefetch(Index h, Index j) const noexcept {
+    const char* p = stored_row_at(h, j);
     if (!p) return;
-    const Index lines = (bytes + 63) / 64;
-    for (Index l = part * lines / parts; l < (part + 1) * lines / parts; ++l)
-      POSENC_PREFETCH(p + 64 * l);
+    for (Index l = 0; l < stored_row_lines(); ++l) POSENC_PREFETCH(p + 64 * l);
     POSENC_PREFETCH_KEEP(p);  // else GCC may delete the calls as dead (config.hpp)
   }
-  /// Asks for row j of head h (every line of it).
-  void prefetch(Index h, Index j) const noexcept { prefetch_share(h, j, 0, 1); }
 
  private:
   // an alias: nvcc's host pass rewrites a direct member-pointer declaration with
