@@ -235,16 +235,17 @@ struct kv_row_source {
     const kv_block<Real>& b = hcs[h].*block;
     simd::dot_block_runs<Backend>(qs, m, b.row(j), b.ld, run_rows, n, out, step);
   }
-  /// Whether accumulate_heads, taking a tile's dots in four runs (dot_runs), asks for each
+  /// Whether accumulate_heads, taking a tile's dots in runs (dot_runs), asks for each
   /// key's value row (rows of this source) beside the key's dot, a share of the row at each
   /// step of the dot kernel (paced_rows), in place of the block prefetches 64 keys
-  /// ahead: the value rows then come in as four streams beside the keys, where the value
-  /// blocks read one (1.2-1.5x with the four runs on the Intel Xeon, asked for after each
-  /// block; a share at each step 1.09-1.14x more at one thread, 1.00-1.09x at two, and
-  /// 1.30-2.1x more once the shares were found without divisions: calls alternated in one
-  /// process; docs/benchmarks.md).
+  /// ahead: the value rows then come in as streams beside the keys, where the value
+  /// blocks read one. Where the CPU tuning asks for it (cpu::settings::decode_key_runs):
+  /// AVX-512's four runs on the Intel Xeon 1.2-1.5x, asked for after each block; a share
+  /// at each step 1.09-1.14x more at one thread, 1.00-1.09x at two, and 1.30-2.1x more
+  /// once the shares were found without divisions; AVX2's two runs there 1.09-1.17x from
+  /// 16k keys, 0.95-1.03x at 4k (calls alternated in one process; docs/benchmarks.md).
   bool values_with_key_runs() const noexcept {
-    if constexpr (run_kernels && simd::dot_runs_v<Backend> == 4)
+    if constexpr (run_kernels)
       return four_rows_ok && cpu::tuning().decode_key_runs.load(std::memory_order_relaxed);
     return false;
   }

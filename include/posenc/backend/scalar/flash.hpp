@@ -439,9 +439,9 @@ class paced_rows {
 /// ahead only over a token-major cache (KRows::dot_axpy). A GQA group's
 /// block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
 /// K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a few rows before
-/// each of the kernel's passes: VRows::spread_value_prefetch; AVX-512's on Intel, taking
-/// the dots in four runs, each key's value row a share at a time beside its key row:
-/// VRows::values_with_key_runs), 8 keys on over a
+/// each of the kernel's passes: VRows::spread_value_prefetch; on Intel, taking the dots
+/// in runs (AVX-512 four, AVX2 two), each key's value row a share at a time beside its
+/// key row: VRows::values_with_key_runs), 8 keys on over a
 /// token-major cache of 16-bit rows, and
 /// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
 /// block_prefetch_keys). GCC had deleted every one of these prefetches until
@@ -594,7 +594,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   // each key's value row asked for beside its dot (VRows::values_with_key_runs), in
   // place of the block prefetches of the values; where a query head's keys are its own
   // (key_group 1) a group's heads would ask for the same value rows, so not there
-  const bool values_with_keys = runs == 4 && key_group == value_group && vs.values_with_key_runs();
+  const bool values_with_keys = runs > 0 && key_group == value_group && vs.values_with_key_runs();
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -625,8 +625,8 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       // blocks of dot_keys keys: a group's scores of a block are written to s[i] + c0.
       // Where the rows allow (KRows::dot_runs), the tile's first runs · span keys go as
       // blocks of that many runs, keys [r · span + c0, r · span + c0 + run) of run r: as
-      // many ascending streams, each dot the same bits; with four runs each key's value
-      // row is asked for beside its dot (VRows::values_with_key_runs)
+      // many ascending streams, each dot the same bits; each key's value row asked for
+      // beside its dot where VRows::values_with_key_runs
       Index paired = 0;  // keys [0, paired) taken in runs
       if constexpr (KRows::run_kernels)
         if (runs > 0) {
@@ -645,10 +645,10 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
                 // per step of the kernel (the dots' hook: key c of every run takes steps
                 // / run steps), so that the misses go out evenly with the reads
                 const char* first[4];
-                for (int r = 0; r < 4; ++r) first[r] = vs.stored_row_at(h0, j0 + r * span + c0);
+                for (int r = 0; r < runs; ++r) first[r] = vs.stored_row_at(h0, j0 + r * span + c0);
                 ks.dot_block_runs(h0, j0 + c0, span, hr.q.data() + h0 * nb, key_rows,
                                   hr.block_s.data(),
-                                  paced_rows<4>(first, 4, vs.stored_row_stride(),
+                                  paced_rows<4>(first, runs, vs.stored_row_stride(),
                                                 static_cast<int>(run), vs.stored_row_lines()));
               } else {
                 ks.dot_block_runs(h0, j0 + c0, span, hr.q.data() + h0 * nb, key_rows,

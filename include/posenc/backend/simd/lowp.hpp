@@ -617,15 +617,17 @@ POSENC_INLINE void in_register(__m256& v) noexcept {
 /// pairs: rows[i] lane c holds q_i · key(c). Only the first `tiles` tiles are computed (the
 /// other lanes are zero). Measured on Zen 3 with the rows in L1: 0.54-0.70 of the FMA peak
 /// against 0.27-0.45 (docs/benchmarks.md). Forced inline: GCC kept it a call, the rows
-/// then passed through memory.
-template <class T, class Key>
+/// then passed through memory. on_step(s, steps) before each of the 4 tiles' steps over the
+/// packets (s = t · per_tile + packet; a no-op for the callers without a hook).
+template <class T, class Key, class Step>
 POSENC_INLINE void dot_tiles4_avx2(const float* const* a, Key&& key, int tiles, Index n,
-                                   __m256 (&rows)[4]) noexcept {
+                                   __m256 (&rows)[4], Step&& on_step) noexcept {
   using IO = storage_io<T, backend::avx2>;
   using P = packet<float, backend::avx2>;
   const float *q0 = a[0], *q1 = a[1], *q2 = a[2], *q3 = a[3];
   const Index whole = n / 8 * 8;
   const int rest = static_cast<int>(n - whole);
+  const int per_tile = static_cast<int>(whole / 8) + (rest > 0 ? 1 : 0), steps = 4 * per_tile;
   __m256 sums[4];
   for (int t = 0; t < 4; ++t) {
     if (t >= tiles) {
@@ -651,13 +653,17 @@ POSENC_INLINE void dot_tiles4_avx2(const float* const* a, Key&& key, int tiles, 
       s21 = fmadd(x2, y1, s21);
       s31 = fmadd(x3, y1, s31);
     };
-    for (Index i = 0; i < whole; i += 8)
+    for (Index i = 0; i < whole; i += 8) {
+      on_step(t * per_tile + static_cast<int>(i / 8), steps);
       step(P::load(q0 + i), P::load(q1 + i), P::load(q2 + i), P::load(q3 + i), IO::load(k0 + i),
            IO::load(k1 + i));
-    if (rest > 0)
+    }
+    if (rest > 0) {
+      on_step(t * per_tile + per_tile - 1, steps);
       step(P::load_partial(q0 + whole, rest), P::load_partial(q1 + whole, rest),
            P::load_partial(q2 + whole, rest), P::load_partial(q3 + whole, rest),
            IO::load_partial(k0 + whole, rest), IO::load_partial(k1 + whole, rest));
+    }
     sums[t] = reduce_add_each(s00, s01, s10, s11, s20, s21, s30, s31).v;
   }
   // 64-bit pair i of sums[t] is row i's keys 2t, 2t + 1: a 4 x 4 transpose of pairs
@@ -679,7 +685,7 @@ inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int ke
                             float* const* out) noexcept {
   const auto key = [&](int c) { return b + (Full ? c : std::min(c, keys - 1)) * ldb; };
   __m256 rows[4];
-  dot_tiles4_avx2<T>(a, key, Full ? 4 : (keys + 1) / 2, n, rows);
+  dot_tiles4_avx2<T>(a, key, Full ? 4 : (keys + 1) / 2, n, rows, [](int, int) noexcept {});
   for (int i = 0; i < 4; ++i) {
     if (Full)
       _mm256_storeu_ps(out[i], rows[i]);
@@ -691,13 +697,14 @@ inline void dot_block4_avx2(const float* const* a, const T* b, Index ldb, int ke
 /// dot_block4_avx2 over two runs of 4 keys, rows b + t · ldb and b + (run_rows + t) · ldb
 /// (t < 4): tile t pairs key t of each run, so that the rows come as two ascending streams.
 /// The same FMAs per dot: the same bits. Run r's scores go to out[i] + r · run_rows.
-template <class T>
+/// step(s, steps) before each of the 4 tiles' steps over the packets.
+template <class T, class Step>
 inline void dot_block4_two_runs_avx2(const float* const* a, const T* b, Index ldb, Index run_rows,
-                                     Index n, float* const* out) noexcept {
+                                     Index n, float* const* out, Step&& step) noexcept {
   const T* b1 = b + run_rows * ldb;
   const auto key = [&](int c) { return (c % 2 == 0 ? b : b1) + c / 2 * ldb; };
   __m256 rows[4];
-  dot_tiles4_avx2<T>(a, key, 4, n, rows);
+  dot_tiles4_avx2<T>(a, key, 4, n, rows, step);
   const __m256i runs = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // run 0's lanes, run 1's
   for (int i = 0; i < 4; ++i) {
     const __m256 r = _mm256_permutevar8x32_ps(rows[i], runs);
@@ -845,9 +852,9 @@ inline constexpr int dot_runs_v = (POSENC_ARCH_AVX512 != 0 && std::is_same_v<Arc
 /// of dot_block: the same bits. step(s, steps) is called once for each s < steps, in
 /// order, during the first four rows' work: on AVX-512 before each step of the kernel
 /// over the packets, key c of every run taking steps [c · steps / (W / R), (c + 1) · steps
-/// / (W / R)) in order of its packets, so that a caller can ask for memory in step with the
-/// reads (decode asks for each key's value row a share at a time beside its key row:
-/// backend/scalar/flash.hpp); on AVX2 once (steps 1) before the kernel. Needs
+/// / (W / R)) in order of its packets (AVX2 and AVX-512 alike), so that a caller can ask
+/// for memory in step with the reads (decode asks for each key's value row a share at a
+/// time beside its key row: backend/scalar/flash.hpp). Needs
 /// dot_runs_v<Arch> > 0 and has_widening_ops_v<Arch, T>.
 template <class Arch, class T, class Step>
 inline void dot_block_runs(const float* const* a, int m, const T* b, Index ldb, Index run_rows,
@@ -868,9 +875,13 @@ inline void dot_block_runs(const float* const* a, int m, const T* b, Index ldb, 
 #endif
 #if POSENC_ARCH_AVX2
   if constexpr (std::is_same_v<Arch, backend::avx2>) {
-    step(0, 1);
-    for (int i = 0; i + 4 <= m; i += 4)
-      detail::dot_block4_two_runs_avx2(a + i, b, ldb, run_rows, n, out + i);
+    for (int i = 0; i + 4 <= m; i += 4) {
+      if (i == 0)
+        detail::dot_block4_two_runs_avx2(a, b, ldb, run_rows, n, out, step);
+      else
+        detail::dot_block4_two_runs_avx2(a + i, b, ldb, run_rows, n, out + i,
+                                         [](int, int) noexcept {});
+    }
   }
 #endif
   static_cast<void>(a), static_cast<void>(m), static_cast<void>(b), static_cast<void>(ldb);
