@@ -861,29 +861,28 @@ inline void dot_block_runs(const float* const* a, int m, const T* b, Index ldb, 
                            Index n, float* const* out, Step&& step) noexcept {
   static_assert(dot_runs_v<Arch> > 0, "dot_block_runs: AVX2 and AVX-512 only");
   assert(m % 4 == 0);  // the caller's precondition (kv_row_source::dot_runs): no row left out
-#if POSENC_ARCH_AVX512
-  if constexpr (std::is_same_v<Arch, backend::avx512>) {
+  // the kernel's four rows at a time, the hook during the first four's work only
+  const auto by_fours = [&](auto&& kernel) {
     for (int i = 0; i + 4 <= m; i += 4) {
       if (i == 0)
-        detail::dot_block4_four_runs_avx512(a, b, ldb, run_rows, n, out, step);
+        kernel(a, out, step);
       else
-        detail::dot_block4_four_runs_avx512(a + i, b, ldb, run_rows, n, out + i,
-                                            [](int, int) noexcept {});
+        kernel(a + i, out + i, [](int, int) noexcept {});
     }
-    return;
-  }
+  };
+#if POSENC_ARCH_AVX512
+  if constexpr (std::is_same_v<Arch, backend::avx512>)
+    return by_fours([&](const float* const* a4, float* const* out4, auto&& step4) {
+      detail::dot_block4_four_runs_avx512(a4, b, ldb, run_rows, n, out4, step4);
+    });
 #endif
 #if POSENC_ARCH_AVX2
-  if constexpr (std::is_same_v<Arch, backend::avx2>) {
-    for (int i = 0; i + 4 <= m; i += 4) {
-      if (i == 0)
-        detail::dot_block4_two_runs_avx2(a, b, ldb, run_rows, n, out, step);
-      else
-        detail::dot_block4_two_runs_avx2(a + i, b, ldb, run_rows, n, out + i,
-                                         [](int, int) noexcept {});
-    }
-  }
+  if constexpr (std::is_same_v<Arch, backend::avx2>)
+    return by_fours([&](const float* const* a4, float* const* out4, auto&& step4) {
+      detail::dot_block4_two_runs_avx2(a4, b, ldb, run_rows, n, out4, step4);
+    });
 #endif
+  static_cast<void>(by_fours);
   static_cast<void>(a), static_cast<void>(m), static_cast<void>(b), static_cast<void>(ldb);
   static_cast<void>(run_rows), static_cast<void>(n), static_cast<void>(out);
   static_cast<void>(step);
