@@ -377,7 +377,7 @@ struct read_line {
 /// kernel's issue (60 % of its samples on the instructions after them, Intel Xeon; without
 /// them one query's GQA decode ran 1.30-1.45x on float rows, 1.8-2.1x on half and bfloat16,
 /// the same bits). ask(p) asks for the line at p (a prefetch; tests record it).
-template <int MaxRuns, class Ask = read_line>
+template <std::size_t MaxRuns, class Ask = read_line>
 class paced_rows {
  public:
   paced_rows(const char* const* first, int runs, Index stride, int keys, Index lines,
