@@ -30,6 +30,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -383,6 +384,7 @@ class paced_rows {
   paced_rows(const char* const* first, int runs, Index stride, int keys, Index lines,
              Ask ask = Ask{}) noexcept
       : ask_(ask), runs_(runs), keys_(keys), stride_(stride), lines_(lines) {
+    assert(runs >= 0 && static_cast<std::size_t>(runs) <= MaxRuns);  // the caller's runs
     for (int r = 0; r < runs; ++r) at_[r] = first[r];
   }
   void operator()(int, int steps) noexcept {
