@@ -105,6 +105,8 @@ struct kv_row_source {
       row_bytes = b0.ld * static_cast<Index>(sizeof(Real));
     else if (widen_in_registers)
       row_bytes = source(b0).stride(0) * static_cast<Index>(sizeof(value_type));
+    const std::size_t stored = b0.data ? sizeof(Real) : sizeof(value_type);
+    row_lines = (n * static_cast<Index>(stored) + 63) / 64;
   }
 
   /// Whether dot_block and axpy_block take the many-row kernels (simd::dot_block_many,
@@ -424,16 +426,10 @@ struct kv_row_source {
   /// stored (0 where they are converted into a buffer).
   Index stored_row_stride() const noexcept { return row_bytes; }
   /// Cache lines of a stored row (from its first byte).
-  Index stored_row_lines() const noexcept {
-    const std::size_t bytes = (hcs->*block).data ? sizeof(Real) : sizeof(value_type);
-    return (n * static_cast<Index>(bytes) + 63) / 64;
-  }
+  Index stored_row_lines() const noexcept { return row_lines; }
   /// Asks for row j of head h (every line of it, where it lies as stored).
   void prefetch(Index h, Index j) const noexcept {
-    const char* p = stored_row_at(h, j);
-    if (!p) return;
-    for (Index l = 0; l < stored_row_lines(); ++l) POSENC_PREFETCH(p + 64 * l);
-    POSENC_PREFETCH_KEEP(p);  // else GCC may delete the calls as dead (config.hpp)
+    if (const char* p = stored_row_at(h, j)) prefetch_row(p, 64 * row_lines);
   }
 
  private:
@@ -446,6 +442,7 @@ struct kv_row_source {
   bool widen_in_registers = false;
   bool four_rows_ok = false;  // many_rows from 4 rows: rows back to back (head-major)
   Index row_bytes = 0;        // stored row stride in bytes (0: rows converted into buf)
+  Index row_lines = 0;        // cache lines of a stored row
   std::vector<Real> buf;      // one converted row
   const void* last_source = nullptr;
   Index last_j = -1;
