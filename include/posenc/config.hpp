@@ -60,6 +60,30 @@
 #define POSENC_INLINE inline __attribute__((always_inline))
 #endif
 
+/// Unrolls the loop after it completely (a constant trip count): the loops of a register
+/// tile over its rows and columns, which GCC at -O2 keeps as loops, and the tile then lives
+/// in memory (3-4x slower kernels than at -O3; docs/benchmarks.md). Nothing in a CUDA
+/// translation unit, whose front end knows neither GCC's pragma nor passes `unroll` on to
+/// GCC without a warning (the host kernels are not what such a unit runs fast).
+#if defined(__clang__)
+#define POSENC_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define POSENC_UNROLL
+#elif defined(__GNUC__)
+#define POSENC_UNROLL _Pragma("GCC unroll 64")
+#else
+#define POSENC_UNROLL
+#endif
+
+/// The same for a lambda, after its parameter list: `[&](P x) POSENC_LAMBDA_INLINE { ... }`.
+/// GCC at -O2 leaves a kernel's lambda that is called twice (main loop and tail) out of line,
+/// and then its register tile goes through memory at every step.
+#if defined(__GNUC__) || defined(__clang__)
+#define POSENC_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define POSENC_LAMBDA_INLINE
+#endif
+
 /// Keeps a function out of line: a loop that only some calls take, kept from growing
 /// the hot function it would join (GCC then inlines that function's kernels otherwise).
 #if defined(_MSC_VER)

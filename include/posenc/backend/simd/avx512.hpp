@@ -124,19 +124,20 @@ inline float reduce_add(avx512_f32 a) noexcept {
 /// Lane c: the sum of v[c]'s lanes, for c < 16, as a transposed tree (half-vector, quarter,
 /// pair and neighbour sums of every input at once; 45 operations for 16 sums).
 inline avx512_f32 reduce_add_each(const avx512_f32* v) noexcept {
-  // the tree leaves input slot 4t + q in lane 4q + t: feed slot s with v[4 (s % 4) + s / 4]
-  const auto in = [v](int s) { return v[4 * (s % 4) + s / 4].v; };
-  __m512 u[8], w[4], x[2];
-  for (int k = 0; k < 8; ++k)  // 256-bit halves: lanes i + (i + 8), two inputs per vector
-    u[k] = _mm512_add_ps(_mm512_shuffle_f32x4(in(2 * k), in(2 * k + 1), 0x44),
-                         _mm512_shuffle_f32x4(in(2 * k), in(2 * k + 1), 0xEE));
-  for (int k = 0; k < 4; ++k)  // 128-bit quarters: four inputs per vector
-    w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0x88),
-                         _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0xDD));
-  for (int k = 0; k < 2; ++k)  // pairs within each quarter
-    x[k] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * k], w[2 * k + 1], 0x44),
-                         _mm512_shuffle_ps(w[2 * k], w[2 * k + 1], 0xEE));
-  return {_mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD))};
+  const auto half = [](__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  };
+  const auto quarter = [](__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+  };
+  const __m512 u0 = half(v[0].v, v[4].v), u1 = half(v[8].v, v[12].v), u2 = half(v[1].v, v[5].v),
+               u3 = half(v[9].v, v[13].v), u4 = half(v[2].v, v[6].v), u5 = half(v[10].v, v[14].v),
+               u6 = half(v[3].v, v[7].v), u7 = half(v[11].v, v[15].v);
+  const __m512 w0 = quarter(u0, u1), w1 = quarter(u2, u3), w2 = quarter(u4, u5),
+               w3 = quarter(u6, u7);
+  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_ps(w0, w1, 0x44), _mm512_shuffle_ps(w0, w1, 0xEE));
+  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_ps(w2, w3, 0x44), _mm512_shuffle_ps(w2, w3, 0xEE));
+  return {_mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xDD))};
 }
 inline float reduce_max(avx512_f32 a) noexcept {
   __m256 h = _mm256_max_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0),

@@ -135,18 +135,27 @@ template <class P, int R, int C>
 inline void qk_tile(const float* qt, Index ldq, const float* k, Index ldk, Index d, float* st,
                     Index lds) noexcept {
   P acc[std::size_t{C}][std::size_t{R}];  // array bounds are unsigned
-  for (int j = 0; j < C; ++j)
+  POSENC_UNROLL
+  for (int j = 0; j < C; ++j) {
+    POSENC_UNROLL
     for (int r = 0; r < R; ++r) acc[j][r] = P::zero();
+  }
   for (Index c = 0; c < d; ++c) {
     P q[std::size_t{R}];
+    POSENC_UNROLL
     for (int r = 0; r < R; ++r) q[r] = P::load(qt + c * ldq + r * P::size);
+    POSENC_UNROLL
     for (int j = 0; j < C; ++j) {
       const P kb = P::broadcast(k[j * ldk + c]);
+      POSENC_UNROLL
       for (int r = 0; r < R; ++r) acc[j][r] = fmadd(kb, q[r], acc[j][r]);
     }
   }
-  for (int j = 0; j < C; ++j)
+  POSENC_UNROLL
+  for (int j = 0; j < C; ++j) {
+    POSENC_UNROLL
     for (int r = 0; r < R; ++r) acc[j][r].store(st + j * lds + r * P::size);
+  }
 }
 
 /// Ot[c, rows] = α[rows] Ot[c, rows] + Σ_j V[j, c] Pt[j, rows] for C value dims, R vectors
@@ -157,18 +166,26 @@ template <class P, int R, int C>
 inline void pv_tile(const float* pt, Index ldp, const float* v, Index ldv, Index nk,
                     const float* alpha, float* ot, Index ldo) noexcept {
   P acc[std::size_t{C}][std::size_t{R}];
-  for (int c = 0; c < C; ++c)
+  POSENC_UNROLL
+  for (int c = 0; c < C; ++c) {
+    POSENC_UNROLL
     for (int r = 0; r < R; ++r) acc[c][r] = P::zero();
+  }
   for (Index j = 0; j < nk; ++j) {
     P p[std::size_t{R}];
+    POSENC_UNROLL
     for (int r = 0; r < R; ++r) p[r] = P::load(pt + j * ldp + r * P::size);
+    POSENC_UNROLL
     for (int c = 0; c < C; ++c) {
       const P vb = P::broadcast(v[j * ldv + c]);
+      POSENC_UNROLL
       for (int r = 0; r < R; ++r) acc[c][r] = fmadd(vb, p[r], acc[c][r]);
     }
   }
+  POSENC_UNROLL
   for (int r = 0; r < R; ++r) {
     const P a = P::load(alpha + r * P::size);
+    POSENC_UNROLL
     for (int c = 0; c < C; ++c) {
       float* o = ot + c * ldo + r * P::size;
       fmadd(a, P::load(o), acc[c][r]).store(o);

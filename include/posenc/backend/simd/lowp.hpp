@@ -637,7 +637,7 @@ POSENC_INLINE void dot_tiles4_avx2(const float* const* a, Key&& key, int tiles, 
     const T* k0 = key(2 * t);
     const T* k1 = key(2 * t + 1);
     P s00 = P::zero(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-    const auto step = [&](P x0, P x1, P x2, P x3, P y0, P y1) {
+    const auto step = [&](P x0, P x1, P x2, P x3, P y0, P y1) POSENC_LAMBDA_INLINE {
       in_register(x0.v);
       in_register(x1.v);
       in_register(x2.v);
@@ -739,7 +739,7 @@ inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index
     for (int r = 0; r < 4; ++r) k[r] = b + (r * run_rows + t) * ldb;
     P acc[16];
     unrolled<16>([&](auto l) { acc[l] = P::zero(); });
-    const auto add = [&](const P(&x)[4], const P(&y)[4]) {
+    const auto add = [&](const P(&x)[4], const P(&y)[4]) POSENC_LAMBDA_INLINE {
       unrolled<4>([&](auto i) {
         unrolled<4>([&](auto r) { acc[i * 4 + r] = fmadd(x[i], y[r], acc[i * 4 + r]); });
       });
