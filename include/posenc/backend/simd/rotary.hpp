@@ -125,6 +125,7 @@ void rope_half(const kernels::rope_token<T, C>& t) noexcept {
   const P sign = P::broadcast(t.inverse ? C(-1) : C(1));  // exact: the inverse negates sin
   constexpr std::size_t regs{K > 0 ? K : 1};              // array bounds are unsigned
   P c[regs], s[regs];
+  POSENC_UNROLL
   for (int k = 0; k < K; ++k) {
     c[k] = P::load(cs + k * W);
     s[k] = sign * P::load(sn + k * W);
@@ -132,6 +133,7 @@ void rope_half(const kernels::rope_token<T, C>& t) noexcept {
   for (Index h = 0; h < heads; ++h) {
     const T* x = in + h * ihs;
     T* y = out + h * ohs;
+    POSENC_UNROLL
     for (int k = 0; k < K; ++k) {
       rope_ask_ahead(streaming, x, k * W);
       rope_ask_ahead(streaming, x, k * W + off);
@@ -205,6 +207,7 @@ void rope_interleaved(const kernels::rope_token<T, C>& t, const C* cb, const C* 
   static_assert(K >= 1 && K <= P::registers, "cos/sin: at most the register file");
   constexpr std::size_t packets = K;  // array bounds are unsigned
   P c[packets], s[packets];
+  POSENC_UNROLL
   for (int k = 0; k < K; ++k) {
     c[k] = P::load(cb + k * W);
     s[k] = P::load(sb + k * W);
@@ -216,6 +219,7 @@ void rope_interleaved(const kernels::rope_token<T, C>& t, const C* cb, const C* 
   for (Index h = 0; h < t.heads; ++h) {
     const T* x = in + h * ihs;
     T* y = out + h * ohs;
+    POSENC_UNROLL
     for (int k = 0; k < K; ++k) {
       rope_ask_ahead(streaming, x, k * W);
       const P v = IO::load(x + k * W);
