@@ -26,6 +26,7 @@
 #include "../io/npy.hpp"
 #include "../io/safetensors.hpp"
 #include "detail/arguments.hpp"
+#include "detail/rows.hpp"
 #include "sinusoidal.hpp"
 
 namespace posenc {
@@ -269,14 +270,7 @@ class learned_table {
   }
 
   void add_row(Scalar* y, Index stride, Index pos, Scalar s) const noexcept {
-    const Scalar* w = weights_.data() + pos * dim();
-    if (stride == 1) {  // Eigen's packets: GCC at -O2 leaves the plain loop scalar (3x slower)
-      using row = Eigen::Array<Scalar, 1, Eigen::Dynamic>;
-      Eigen::Map<row> yr(y, dim());
-      yr = s * yr + Eigen::Map<const row>(w, dim());
-      return;
-    }
-    for (Index j = 0; j < dim(); ++j) y[j * stride] = s * y[j * stride] + w[j];
+    detail::scale_add_row(y, stride, weights_.data() + pos * dim(), dim(), s);
   }
 
   Scalar scale_value(embedding_scale scale) const noexcept {

@@ -40,6 +40,7 @@
 #include "../core/view.hpp"
 #include "../math/frequency.hpp"
 #include "detail/arguments.hpp"
+#include "detail/rows.hpp"
 
 namespace posenc {
 
@@ -300,12 +301,9 @@ class sinusoidal {
     const matrix pe = table(seq, offset);
     // batch, seq: same rounding as the single-sequence path (s * E + Scalar(PE))
     for (Index b = 0; b < batch; ++b)
-      for (Index t = 0; t < seq; ++t) {
-        Scalar* y = embeddings.vector_ptr(b, t);
-        const Scalar* row = pe.data() + t * dim();
-        const Index cs = embeddings.stride(2);
-        for (Index j = 0; j < dim(); ++j) y[j * cs] = s * y[j * cs] + row[j];
-      }
+      for (Index t = 0; t < seq; ++t)
+        detail::scale_add_row(embeddings.vector_ptr(b, t), embeddings.stride(2),
+                              pe.data() + t * dim(), dim(), s);
   }
 
  private:

@@ -124,6 +124,9 @@ inline float reduce_add(avx512_f32 a) noexcept {
 /// Lane c: the sum of v[c]'s lanes, for c < 16, as a transposed tree (half-vector, quarter,
 /// pair and neighbour sums of every input at once; 45 operations for 16 sums).
 inline avx512_f32 reduce_add_each(const avx512_f32* v) noexcept {
+  // the tree leaves input slot 4t + q in lane 4q + t, so slot s takes v[4 (s % 4) + s / 4]:
+  // the halves pair v[0] v[4], v[8] v[12], v[1] v[5], ... (written out: GCC at -O2 kept
+  // loops over arrays here, and the caller's accumulators in memory)
   const auto half = [](__m512 a, __m512 b) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
   };
