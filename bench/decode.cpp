@@ -25,8 +25,10 @@
 // call by call.
 // The default rows are those of issue 27's table and the GQA shape; POSENC_DECODE_BENCH=full
 // adds every combination of d 64 / 128, 4k / 16k / 64k keys, 1 / 4 / 8 queries and the three
-// storage types, and POSENC_DECODE_BENCH=cache rows over 1280 and 2048 keys (just past
-// decode_chunk) (K and V in the caches: the cost of the arithmetic alone, per byte).
+// storage types, and POSENC_DECODE_BENCH=cache rows over 256 and 1024 keys (short caches:
+// decode where a GQA group or several queries share the rows, prefill for one query of
+// MHA) and 1280 and 2048 keys (just past decode_chunk) (K and V in the caches: the cost of
+// the arithmetic alone, per byte).
 // POSENC_DECODE_BENCH=order runs read_order instead (below: the roofline's bytes in a
 // decode kernel's read order and instruction mix, no attention).
 // POSENC_DECODE_PAGES=huge puts K and V (and the roofline's plan sweep) in memory advised
@@ -442,6 +444,12 @@ void add_rows(bool every) {
   std::vector<std::tuple<long, long, long, long, long>> rows;  // keys, heads, kv, d, queries
   if (mode("cache")) {
     // K and V small enough to stay in L2 / L3 across calls: the arithmetic's own cost
+    for (long keys : {256L, 1024L}) {
+      rows.emplace_back(keys, 32, 8, 128, 1);
+      rows.emplace_back(keys, 8, 8, 128, 1);
+      rows.emplace_back(keys, 8, 8, 128, 4);
+      rows.emplace_back(keys, 32, 8, 128, 4);
+    }
     for (long keys : {1280L, 2048L})
       for (long heads : {8L, 32L})
         for (long d : {64L, 128L}) rows.emplace_back(keys, heads, 8, d, 1);

@@ -404,6 +404,69 @@ TEST_CASE("decode: GQA groups, several queries and head sizes off the vector wid
   }
 }
 
+TEST_CASE("decode: short caches whose key rows several query rows share", "[flash][decode]") {
+  // Up to 1024 keys a float call takes decode on the x86 SIMD backends where a GQA group or
+  // several queries share each key row (from 128 keys), and prefill otherwise (one query of
+  // MHA; fewer keys; the portable backend, NEON, double): a rule on the backend and the
+  // shape alone, so that the thread count never picks the path.
+  const auto shape = [](Index heads, Index kv_heads, Index len_q, Index len_k) {
+    posenc::attention_shape s;
+    s.heads = heads;
+    s.kv_heads = kv_heads;
+    s.len_q = len_q;
+    s.len_k = len_k;
+    s.dim = s.dim_v = 64;
+    return s;
+  };
+  using posenc::detail::flash::takes_decode;
+  namespace be = posenc::backend;
+  CHECK(takes_decode<be::avx2, float>(shape(32, 8, 1, 128)));
+  CHECK(takes_decode<be::avx512, float>(shape(8, 8, 2, 1024)));
+  CHECK(takes_decode<be::avx512, float>(shape(8, 8, 8, 300)));
+  CHECK(takes_decode<be::scalar, float>(shape(8, 8, 1, 1025)));  // a long cache: any rows
+  CHECK(takes_decode<be::neon, double>(shape(32, 8, 8, 1025)));
+  CHECK_FALSE(takes_decode<be::avx512, float>(shape(32, 8, 1, 127)));
+  CHECK_FALSE(takes_decode<be::avx512, float>(shape(8, 8, 1, 1024)));  // MHA, one query
+  CHECK_FALSE(takes_decode<be::avx512, float>(shape(32, 8, 9, 5000)));
+  CHECK_FALSE(takes_decode<be::scalar, float>(shape(32, 8, 1, 1024)));
+  CHECK_FALSE(takes_decode<be::neon, float>(shape(32, 8, 4, 1024)));
+  CHECK_FALSE(takes_decode<be::avx512, double>(shape(32, 8, 4, 1024)));
+  // Where (batch, chunk) units leave threads idle (one chunk, or two), a unit is a run of
+  // KV groups (token-major too). The reference's result, the same bits at any thread count
+  // and in either layout; a batch item with fewer keys, a group of 3, partial packets, 2-8
+  // queries, and two chunks (on every backend).
+  for (const sizes& z : {sizes{1, 32, 8, 1, 128, 128, 128}, sizes{2, 6, 2, 3, 300, 37, 19},
+                         sizes{1, 4, 4, 8, 1024, 64, 64}, sizes{2, 8, 2, 2, 700, 72, 40},
+                         sizes{1, 12, 6, 2, 1100, 64, 48}}) {
+    INFO("heads " << z.heads << "/" << z.kv_heads << ", Lq " << z.len_q << ", Lk " << z.len_k);
+    const problem<float> p(z, 81);
+    posenc::attention_config opt;
+    opt.mask.causal = true;
+    opt.q_offset = z.len_k - z.len_q;
+    if (z.batch == 2) opt.mask.key_lengths = {z.len_k, z.len_k - 90};
+    const rmat<float> one = run_flash(p, opt, posenc::alibi_policy(z.heads));
+    CHECK(rel_err(one, run_reference(p, opt, posenc::alibi_policy(z.heads))) < 2e-6);
+    CHECK(rel_err(run_flash(p, opt, posenc::no_position_policy{}),
+                  run_reference(p, opt, posenc::no_position_policy{})) < 2e-6);
+    if (z.dim % 2 == 0) {
+      const posenc::rotary_policy rope(z.dim);
+      CHECK(rel_err(run_flash(p, opt, rope, 3), run_reference(p, opt, rope)) < 2e-6);
+    }
+    for (const Index threads : {2, 3, 8})
+      CHECK(run_flash(p, opt, posenc::alibi_policy(z.heads), threads) == one);
+    const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
+    const auto vh = head_major_copy(p.v, z, z.kv_heads, z.dim_v);
+    for (const Index threads : {1, 8}) {
+      auto out = p.empty_out();
+      posenc::flash_multi_head_attention(
+          p.qv(), posenc::view_bhsd(kh.data(), z.batch, z.kv_heads, z.len_k, z.dim),
+          posenc::view_bhsd(vh.data(), z.batch, z.kv_heads, z.len_k, z.dim_v), p.ov(out), opt,
+          posenc::alibi_policy(z.heads), posenc::flash_options{threads});
+      CHECK(out == one);
+    }
+  }
+}
+
 TEST_CASE("decoding token by token equals one causal pass", "[flash][decode]") {
   const sizes z{1, 2, 1, 1, 3000, 64, 64};
   const problem<float> full(sizes{1, 2, 1, 6, 3000, 64, 64}, 31);

@@ -178,7 +178,7 @@ struct plan {
   call_info ci;
   Index group = 1;      ///< query heads per key head
   Index shaw_rows = 0;  ///< clipped embeddings: table rows (0: none)
-  bool decode = false;  ///< at most decode_rows queries against more than decode_chunk keys
+  bool decode = false;  ///< at most decode_rows queries: the split-key decode path
   Index chunks = 0;     ///< decode: key chunks of decode_chunk keys
   /// decode: visit one KV group's heads at a time (each head's keys a stream of their
   /// own) rather than every head key by key; for head-major K/V ([B, H, L, d])
@@ -193,6 +193,26 @@ struct plan {
     return heads[static_cast<std::size_t>(u)];
   }
 };
+
+/// Whether a call takes the split-key decode path: at most decode_rows queries over a long
+/// cache (more than decode_chunk keys), or, with float rows on the x86 SIMD backends, over
+/// a short one (from decode_min_keys keys) where several query rows share each key row (a
+/// GQA group, several queries): decode's kernels read such a row once for all of them,
+/// prefill's per-head products once per query head (up to 3.6x over 128-1024 keys on
+/// AVX-512 and AVX2, docs/benchmarks.md). One query of MHA reads each row once either way and
+/// stays on prefill there, as do the portable backend (its decode loops ran 0.57-0.75x
+/// Eigen's products on one query of head-major GQA) and NEON (not measured). A function of the
+/// backend and the shape alone: never of the thread count.
+template <class Backend, class Real>
+constexpr bool takes_decode(const attention_shape& s) noexcept {
+  using T = tiles<Real>;
+  constexpr bool short_caches =
+      std::is_base_of_v<backend::avx2, Backend> && std::is_same_v<Real, float>;
+  const bool rows_shared = s.len_q > 1 || s.heads > s.kv_heads;
+  return s.len_q <= T::decode_rows &&
+         (s.len_k > T::decode_chunk ||
+          (short_caches && rows_shared && s.len_k >= T::decode_min_keys));
+}
 
 /// Plans a validated call: the policy's heads, once per (batch, query head), with the
 /// data the tiles read directly; the keys and values in working precision per (batch, key
@@ -213,7 +233,7 @@ plan<Policy, Real, TK, TV> make_plan(const strided_view<TK, 4>& k, const strided
   p.ci.scale = resolve_scale(config.scale, s.dim);
   p.ci.mask = &config.mask;
   p.group = s.heads / s.kv_heads;
-  p.decode = s.len_q <= T::decode_rows && s.len_k > T::decode_chunk;
+  p.decode = takes_decode<Backend, Real>(s);
   p.chunks = (s.len_k + T::decode_chunk - 1) / T::decode_chunk;
   // Decode streams the rows in the order they lie: key by key across the heads where a
   // token's heads sit side by side ([B, L, H, d], a KV cache kept token by token), head by
@@ -411,36 +431,50 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
   const attention_shape& s = p.shape();
   const Index bh = s.batch * s.heads;
   const Index chunks = p.chunks, nb = s.len_q;
-  // one workspace set per thread that has a unit in either pass (parallel_for starts no more)
-  const Index workers = std::max<Index>(1, std::min(team.threads, std::max(s.batch * chunks, bh)));
-  struct partial {
-    std::vector<Real> m;
-    std::vector<double> l;
-    row_matrix<Real> o, wb;
-  };
-  std::vector<partial> parts(static_cast<std::size_t>(bh * chunks));
-  for (partial& part : parts) {  // sized up front: the workers only copy into them
-    part.m.resize(static_cast<std::size_t>(nb));
-    part.l.resize(static_cast<std::size_t>(nb));
-    part.o.resize(nb, s.dim_v);
-    if constexpr (clipped_v<Policy>) part.wb.resize(nb, p.shaw_rows);
-  }
+  // one workspace set per thread that has a unit in either pass (parallel_for starts no
+  // more): at most a unit per (batch, chunk, head)
+  const Index units_by_chunk = s.batch * chunks;
+  const Index workers = std::max<Index>(1, std::min(team.threads, units_by_chunk * s.heads));
+  // the partial states (m, l, O) of every (batch, head, chunk), nb rows each from row
+  // ((b · heads + h) · chunks + c) · nb: a few buffers sized up front (a call over a short
+  // cache spent about a tenth of its time in malloc with a set of buffers per state)
+  const Index states = bh * chunks * nb;
+  std::vector<Real> part_m(static_cast<std::size_t>(states));
+  std::vector<double> part_l(static_cast<std::size_t>(states));
+  row_matrix<Real> part_o(states, s.dim_v), part_wb;
+  if constexpr (clipped_v<Policy>) part_wb.resize(states, p.shaw_rows);
   // the query heads that read the same key rows: a GQA group, unless the policy transforms
   // the keys per query head
   const Index key_group =
       Policy::transforms_keys && Policy::keys_per_query_head ? Index(1) : p.group;
   // one query row per key row and per value row (MHA, one query): accumulate_one_query,
-  // with two workspace sets per thread (a segment's values are added while the next
-  // segment's keys are read)
+  // with two workspace sets of every head per thread (a segment's values are added while
+  // the next segment's keys are read)
   const bool one_query = nb == 1 && key_group == 1 && p.group == 1;
+  // Otherwise a unit is (batch, chunk) over every head: the heads of one token lie side by
+  // side in [B, L, H, d] buffers, so visiting the keys one by one across all heads
+  // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run per
+  // 4 KiB-strided row, which the hardware prefetchers follow poorly). Where each KV group
+  // is read alone anyway (p.heads_outer), a unit is (batch, chunk, KV group); where
+  // (batch, chunk) units would leave threads idle (a short cache: one chunk), the heads
+  // are cut into as many runs of whole KV groups as give each thread a unit. Units run in
+  // the same order, and a head's state depends on its own rows only: the same bits. A
+  // thread holds a workspace per head of its unit.
+  Index groups_per_unit = p.heads_outer ? Index(1) : s.kv_heads;
+  if (!p.heads_outer && units_by_chunk < team.threads) {
+    const Index per_chunk =
+        std::min(s.kv_heads, (team.threads + units_by_chunk - 1) / units_by_chunk);
+    groups_per_unit = (s.kv_heads + per_chunk - 1) / per_chunk;
+  }
+  const Index unit_heads = one_query ? s.heads : groups_per_unit * p.group;
   std::vector<std::vector<workspace<Real>>> hws(static_cast<std::size_t>(workers));
-  for (auto& wh : hws) wh = make_workspaces(p, (one_query ? 2 : 1) * s.heads, T::decode_rows);
+  for (auto& wh : hws) wh = make_workspaces(p, (one_query ? 2 : 1) * unit_heads, T::decode_rows);
   const auto save_state = [&](const workspace<Real>& w, Index b, Index h, Index c) {
-    partial& part = parts[static_cast<std::size_t>((b * s.heads + h) * chunks + c)];
-    std::copy(w.m.begin(), w.m.begin() + nb, part.m.begin());
-    std::copy(w.l.begin(), w.l.begin() + nb, part.l.begin());
-    part.o = w.o.topRows(nb);
-    if constexpr (clipped_v<Policy>) part.wb = w.wb.topRows(nb);
+    const Index at = ((b * s.heads + h) * chunks + c) * nb;
+    std::copy(w.m.begin(), w.m.begin() + nb, part_m.begin() + at);
+    std::copy(w.l.begin(), w.l.begin() + nb, part_l.begin() + at);
+    part_o.middleRows(at, nb) = w.o.topRows(nb);
+    if constexpr (clipped_v<Policy>) part_wb.middleRows(at, nb) = w.wb.topRows(nb);
   };
   if (one_query) {
     // A unit is a run of chunks of one batch item, its segments (key_segment: a chunk of
@@ -501,36 +535,33 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
       accumulate_one_query<Policy, Real>(kr, vr, p.ci, begin_next, save_done);
     });
   } else {
-    // A unit is (batch, chunk) over every head: the heads of one token lie side by side
-    // in [B, L, H, d] buffers, so visiting the keys one by one across all heads
-    // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run
-    // per 4 KiB-strided row, which the hardware prefetchers follow poorly). Row pointers
-    // for accumulate_heads, per worker:
+    const Index cuts = (s.heads + unit_heads - 1) / unit_heads;  // units per (batch, chunk)
+    // row pointers for accumulate_heads, per worker
     std::vector<head_rows<Real>> rows(static_cast<std::size_t>(workers),
                                       head_rows<Real>(s.heads * nb));
-    parallel_for(s.batch * chunks, team, [&](Index u, Index worker) {
-      const Index b = u / chunks, k0 = (u % chunks) * T::decode_chunk;
+    parallel_for(units_by_chunk * cuts, team, [&](Index u, Index worker) {
+      const Index b = u / (chunks * cuts), c = u / cuts % chunks, h0 = u % cuts * unit_heads;
+      const Index count = std::min(unit_heads, s.heads - h0), k0 = c * T::decode_chunk;
       const head_context<Policy, Real>* hb = &p.head(b * s.heads);
-      auto& wh = hws[static_cast<std::size_t>(worker)];
+      // the unit's heads' workspaces: head h0 + i's is wh[i]
+      workspace<Real>* wh = hws[static_cast<std::size_t>(worker)].data();
       Index k_end = k0;
       // The portable kernel's rows (the lane kernels take blocks of more than decode_rows
       // rows only): begin_block with the scalar tag says so.
-      for (Index h = 0; h < s.heads; ++h) {
-        const Index lim = begin_block(hb[h], p.ci, slice_bh(q, b, h), 0, nb,
-                                      wh[static_cast<std::size_t>(h)], backend::scalar{});
+      for (Index h = h0; h < h0 + count; ++h) {
+        const Index lim =
+            begin_block(hb[h], p.ci, slice_bh(q, b, h), 0, nb, wh[h - h0], backend::scalar{});
         k_end = std::max(k_end, std::min(k0 + T::decode_chunk, lim));
       }
-      // every head of the batch, key by key, or one KV group at a time (p.heads_outer); the
-      // mask's limits do not depend on the head
-      const Index span = p.heads_outer ? p.group : s.heads;
-      for (Index h0 = 0; h0 < s.heads && k0 < k_end; h0 += span) {
+      // the unit's heads key by key (every head, a run of KV groups, or one); the mask's
+      // limits do not depend on the head
+      if (k0 < k_end) {
         kv_row_source<Backend, Policy, Real, TK> kr(hb + h0, &head_context<Policy, Real>::k);
         kv_row_source<Backend, Policy, Real, TV> vr(hb + h0, &head_context<Policy, Real>::v);
-        accumulate_heads(hb + h0, kr, vr, span, key_group, p.group, p.ci, nb, k0, k_end,
-                         wh.data() + h0, rows[static_cast<std::size_t>(worker)]);
+        accumulate_heads(hb + h0, kr, vr, count, key_group, p.group, p.ci, nb, k0, k_end, wh,
+                         rows[static_cast<std::size_t>(worker)]);
       }
-      for (Index h = 0; h < s.heads; ++h)
-        save_state(wh[static_cast<std::size_t>(h)], b, h, u % chunks);
+      for (Index h = h0; h < h0 + count; ++h) save_state(wh[h - h0], b, h, c);
     });
   }
   // the merge needs a block's row state only (nb <= decode_rows rows, no tiles): sized so,
@@ -552,18 +583,21 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
     for (Index r = 0; r < nb; ++r) {
       const std::size_t ur = static_cast<std::size_t>(r);
       Real mx = -std::numeric_limits<Real>::infinity();
-      for (Index c = 0; c < chunks; ++c)
-        if (parts[static_cast<std::size_t>(u * chunks + c)].l[ur] > 0)
-          mx = std::max(mx, parts[static_cast<std::size_t>(u * chunks + c)].m[ur]);
+      const auto state = [&](Index c) { return (u * chunks + c) * nb + r; };
+      for (Index c = 0; c < chunks; ++c) {
+        const auto at = static_cast<std::size_t>(state(c));
+        if (part_l[at] > 0) mx = std::max(mx, part_m[at]);
+      }
       double l = 0.0;
       for (Index c = 0; c < chunks; ++c) {
-        const partial& part = parts[static_cast<std::size_t>(u * chunks + c)];
-        if (std::isnan(part.l[ur])) l = part.l[ur];  // a NaN logit in any chunk: NaN row
-        if (!(part.l[ur] > 0)) continue;
-        const Real f = math::rescale(part.m[ur], mx);
-        l += part.l[ur] * static_cast<double>(f);
-        w.o.row(r) += f * part.o.row(r);
-        if constexpr (clipped_v<Policy>) w.wb.row(r) += f * part.wb.row(r);
+        const Index at = state(c);
+        const double lc = part_l[static_cast<std::size_t>(at)];
+        if (std::isnan(lc)) l = lc;  // a NaN logit in any chunk: NaN row
+        if (!(lc > 0)) continue;
+        const Real f = math::rescale(part_m[static_cast<std::size_t>(at)], mx);
+        l += lc * static_cast<double>(f);
+        w.o.row(r) += f * part_o.row(at);
+        if constexpr (clipped_v<Policy>) w.wb.row(r) += f * part_wb.row(at);
       }
       w.l[ur] = l;
       w.m[ur] = mx;

@@ -63,11 +63,15 @@ template <class Real>
 struct tiles {
   static constexpr Index block_q = 128;
   static constexpr Index block_k = std::is_same_v<Real, float> ? 256 : 128;
-  /// Calls with at most this many query rows take the split-key decode path.
+  /// Calls with at most this many query rows take the split-key decode path (over a short
+  /// cache only where several rows share each key row: detail::flash::takes_decode).
   static constexpr Index decode_rows = 8;
   /// Keys per decode chunk: fixed (never derived from the thread count), so a call's
   /// result does not depend on how many threads ran it.
   static constexpr Index decode_chunk = 1024;
+  /// The fewest keys a short-cache call takes decode from (takes_decode): below, decode's
+  /// per-call set-up cost more than prefill (0.72-0.90x at 16 and 64 keys).
+  static constexpr Index decode_min_keys = 128;
 };
 
 /// What a prefetch asks for: reading soon (into L1), writing, or reading later (into the
