@@ -194,6 +194,12 @@ struct plan {
   }
 };
 
+/// Whether several query rows read each key and value row: a GQA group's heads, or several
+/// queries (else one query of MHA: one row per key row).
+constexpr bool key_rows_shared(const attention_shape& s) noexcept {
+  return s.len_q > 1 || s.heads > s.kv_heads;
+}
+
 /// Whether a call takes the split-key decode path: at most decode_rows queries over a long
 /// cache (more than decode_chunk keys), or, with float rows on the x86 SIMD backends, over
 /// a short one (from decode_min_keys keys) where several query rows share each key row (a
@@ -208,10 +214,9 @@ constexpr bool takes_decode(const attention_shape& s) noexcept {
   using T = tiles<Real>;
   constexpr bool short_caches =
       std::is_base_of_v<backend::avx2, Backend> && std::is_same_v<Real, float>;
-  const bool rows_shared = s.len_q > 1 || s.heads > s.kv_heads;
   return s.len_q <= T::decode_rows &&
          (s.len_k > T::decode_chunk ||
-          (short_caches && rows_shared && s.len_k >= T::decode_min_keys));
+          (short_caches && key_rows_shared(s) && s.len_k >= T::decode_min_keys));
 }
 
 /// Plans a validated call: the policy's heads, once per (batch, query head), with the
@@ -450,7 +455,7 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
   // one query row per key row and per value row (MHA, one query): accumulate_one_query,
   // with two workspace sets of every head per thread (a segment's values are added while
   // the next segment's keys are read)
-  const bool one_query = nb == 1 && key_group == 1 && p.group == 1;
+  const bool one_query = !key_rows_shared(s);
   // Otherwise a unit is (batch, chunk) over every head: the heads of one token lie side by
   // side in [B, L, H, d] buffers, so visiting the keys one by one across all heads
   // (accumulate_heads) streams whole rows of K and V (a head alone reads one short run per
