@@ -38,8 +38,12 @@
 // POSENC_DECODE_POOL=1 runs the decode rows on a posenc::thread_pool started once per row
 // (flash_options::pool, counter `pool`) instead of threads started by each call.
 // POSENC_DECODE_KEY_RUNS=0 or 1 sets the CPU tuning's decode_key_runs (core/cpu.hpp: a GQA
-// group's dots in four runs of keys on AVX-512, on by default on Intel; counter `key_runs`),
-// to compare the two orders on one CPU.
+// group's dots in four runs of keys on AVX-512, on by default on Intel and, for rows of 128
+// values or more, Zen 5; 1 takes them for every d; counter `key_runs`: whether the row's d
+// takes them), to compare the two orders on one CPU.
+// POSENC_DECODE_STREAM_PREFETCH=bytes sets its decode_stream_prefetch (one query's MHA over
+// head-major K/V asks for each row's stream that far ahead; 2048 on Zen 5, else 0; counter
+// `stream_prefetch`).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -433,7 +437,10 @@ void decode(benchmark::State& state) {
         state.counters["vs_roofline"].value * roof / std::min(roof, ceiling);
   state.counters["head_major"] = head_major() ? 1 : 0;
   state.counters["pool"] = pool ? 1 : 0;
-  state.counters["key_runs"] = posenc::cpu::tuning().decode_key_runs ? 1 : 0;
+  const posenc::cpu::settings& tuning = posenc::cpu::tuning();
+  state.counters["key_runs"] =
+      tuning.decode_key_runs && d >= tuning.decode_key_runs_min_values.load() ? 1 : 0;
+  state.counters["stream_prefetch"] = tuning.decode_stream_prefetch.load();
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
@@ -491,8 +498,12 @@ void add_rows(bool every) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const char* runs = std::getenv("POSENC_DECODE_KEY_RUNS"))
+  if (const char* runs = std::getenv("POSENC_DECODE_KEY_RUNS")) {
     posenc::cpu::tuning().decode_key_runs = std::strcmp(runs, "0") != 0;
+    posenc::cpu::tuning().decode_key_runs_min_values = 0;
+  }
+  if (const char* ahead = std::getenv("POSENC_DECODE_STREAM_PREFETCH"))
+    posenc::cpu::tuning().decode_stream_prefetch = std::atoi(ahead);
   const bool every = mode("full");
   if (mode("order"))
     for (long keys : {1280L, 16384L})

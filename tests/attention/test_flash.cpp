@@ -557,7 +557,9 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // (kv_row_source::value_block), head-major ones 16: the same bits. With the CPU tuning's
   // decode_key_runs (cpu.hpp; on by default on Intel), AVX-512 takes a GQA group's dots in
   // four runs of keys a quarter of a tile apart and asks for the value rows beside them,
-  // whatever CPU runs the test: both settings, the same bits.
+  // and with its decode_stream_prefetch (on by default on Zen 5) one query's MHA asks for
+  // its head-major rows 2 KiB ahead, whatever CPU runs the test: both settings, the same
+  // bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
@@ -590,10 +592,15 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     const problem<Eigen::half> h(z, 72);
     const problem<Eigen::bfloat16> bf(z, 73);
     std::atomic<bool>& key_runs = posenc::cpu::tuning().decode_key_runs;
+    std::atomic<int>& stream_prefetch = posenc::cpu::tuning().decode_stream_prefetch;
+    std::atomic<int>& runs_min = posenc::cpu::tuning().decode_key_runs_min_values;
     const bool was = key_runs;
+    const int prefetch_was = stream_prefetch, min_was = runs_min;
+    runs_min = 0;  // every d takes the runs where they are on (Zen 5: from 128 values)
     for (const bool runs : {false, true}) {
-      INFO("decode_key_runs " << runs);
+      INFO("decode_key_runs " << runs << ", decode_stream_prefetch " << (runs ? 2048 : 0));
       key_runs = runs;
+      stream_prefetch = runs ? 2048 : 0;
       check(p, posenc::no_position_policy{});
       check(p, posenc::alibi_policy(z.heads));
       if (z.dim == z.dim_v) check(p, posenc::rotary_policy(z.dim));
@@ -601,6 +608,8 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
       check(bf, posenc::no_position_policy{});
     }
     key_runs = was;
+    stream_prefetch = prefetch_was;
+    runs_min = min_was;
   }
 }
 

@@ -816,14 +816,16 @@ void check_widening_ops(const char* type) {
     CHECK(fused);
 
     // dot_axpy (MHA decode: a key row's dot beside another key's value row): the bits of
-    // dot and then axpy, each row in a block of exactly n values
-    {
+    // dot and then axpy, each row in a block of exactly n values, with or without the rows
+    // asked for ahead (1 KiB: token-major; 2 KiB: Zen 5's head-major tuning)
+    for (const posenc::Index ahead : {0, 1024, 2048}) {
+      INFO("ahead " << ahead);
       const std::vector<float> a = posenc_test::random_values<float>(size, 6);
       const std::vector<float> v0 = posenc_test::random_values<float>(size, 7);
       const std::vector<T> v(v0.begin(), v0.end());
       std::vector<float> y_fused = y0, y_apart = y0;
       const float s =
-          posenc::simd::dot_axpy<B>(a.data(), x.data(), n, -1.25f, v.data(), y_fused.data());
+          posenc::simd::dot_axpy<B>(a.data(), x.data(), n, -1.25f, v.data(), y_fused.data(), ahead);
       CHECK(bits32(s) == bits32(posenc::simd::dot<B>(a.data(), x.data(), n)));
       axpy<B>(-1.25f, v.data(), n, y_apart.data());
       bool same_y = true;

@@ -71,19 +71,43 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
   // the kernel's own reading of the same vendor string (absent under an emulator's
   // foreign /proc: then nothing to compare)
   std::ifstream info("/proc/cpuinfo");
-  std::string line, vendor;
-  while (vendor.empty() && std::getline(info, line))
+  std::string line, vendor, family_line;
+  while ((vendor.empty() || family_line.empty()) && std::getline(info, line)) {
     if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
-  INFO("vendor_id: " << vendor);
+    if (line.rfind("cpu family", 0) == 0) family_line = line.substr(line.find(':') + 2);
+  }
+  INFO("vendor_id: " << vendor << ", cpu family: " << family_line);
   if (vendor == "GenuineIntel") CHECK(m == posenc::cpu::maker::intel);
   if (vendor == "AuthenticAMD") CHECK(m == posenc::cpu::maker::amd);
+  // the kernel's family is the same sum of CPUID's base and extended fields
+  if (!vendor.empty() && !family_line.empty())
+    CHECK(posenc::cpu::family_of_this_cpu() == static_cast<unsigned>(std::stoul(family_line)));
 #elif !defined(__x86_64__) && !defined(__i386__) && !defined(_M_X64) && !defined(_M_IX86)
   CHECK(m == posenc::cpu::maker::unknown);  // no CPUID off x86
+  CHECK(posenc::cpu::family_of_this_cpu() == 0);
 #endif
-  // Intel's settings take decode's key runs, the others not; the settings in effect are
-  // this CPU's until a program sets them
+  // Intel's settings take decode's key runs; the settings in effect are this CPU's until a
+  // program sets them
   CHECK(posenc::cpu::settings(posenc::cpu::maker::intel).decode_key_runs);
   CHECK_FALSE(posenc::cpu::settings(posenc::cpu::maker::amd).decode_key_runs);
   CHECK_FALSE(posenc::cpu::settings(posenc::cpu::maker::unknown).decode_key_runs);
-  CHECK(posenc::cpu::tuning().decode_key_runs == (m == posenc::cpu::maker::intel));
+  // and AMD's family 26 (Zen 5) for rows of 128 values or more, not 25 (Zen 3, Zen 4)
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_key_runs);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_key_runs_min_values == 128);
+  CHECK_FALSE(posenc::cpu::settings(posenc::cpu::maker::amd, 25).decode_key_runs);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel, 6).decode_key_runs_min_values == 0);
+  const unsigned family = posenc::cpu::family_of_this_cpu();
+  CHECK(posenc::cpu::tuning().decode_key_runs ==
+        (m == posenc::cpu::maker::intel || (m == posenc::cpu::maker::amd && family == 26)));
+  CHECK(posenc::cpu::tuning().decode_key_runs_min_values ==
+        posenc::cpu::settings(m, family).decode_key_runs_min_values);
+  // decode's head-major stream prefetch: AMD's family 26 (Zen 5) only, whatever the
+  // family elsewhere; the settings in effect are this CPU's maker's and family's
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_stream_prefetch == 2048);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 25).decode_stream_prefetch == 0);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd).decode_stream_prefetch == 0);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel, 26).decode_stream_prefetch == 0);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::unknown, 26).decode_stream_prefetch == 0);
+  CHECK(posenc::cpu::tuning().decode_stream_prefetch ==
+        posenc::cpu::settings(m, family).decode_stream_prefetch);
 }

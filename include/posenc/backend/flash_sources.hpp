@@ -107,6 +107,7 @@ struct kv_row_source {
       row_bytes = source(b0).stride(0) * static_cast<Index>(sizeof(value_type));
     const std::size_t stored = b0.data ? sizeof(Real) : sizeof(value_type);
     row_lines = (n * static_cast<Index>(stored) + 63) / 64;
+    stream_prefetch = cpu::tuning().decode_stream_prefetch.load(std::memory_order_relaxed);
   }
 
   /// Whether dot_block and axpy_block take the many-row kernels (simd::dot_block_many,
@@ -206,17 +207,16 @@ struct kv_row_source {
   /// runs over two hours 1.07x / 1.17x at 4k keys (1 / 2 threads) and 1.08x / 1.10x at 16k
   /// (single runs 0.93-1.30); 4 queries of MHA 0.97-1.24x; groups of 8 rows 0.99-1.08x.
   /// 16-bit rows, widened in registers, ran 0.93-0.98x and keep one run.
-  /// AVX-512, where the CPU tuning asks for it (cpu::settings::decode_key_runs): four runs a
-  /// quarter of a tile apart, float or 16-bit rows (docs/benchmarks.md).
+  /// AVX-512, where the CPU tuning asks for it (cpu::settings::decode_key_runs, for rows of
+  /// decode_key_runs_min_values or more): four runs a quarter of a tile apart, float or
+  /// 16-bit rows (docs/benchmarks.md).
   int dot_runs(int m) const noexcept {
     if constexpr (run_kernels) {
       if (!four_rows_ok || m % 4 != 0) return 0;
       if constexpr (simd::dot_runs_v<Backend> == 2)
         return !widen_in_registers && many_rows(m) ? 2 : 0;
       else
-        return cpu::tuning().decode_key_runs.load(std::memory_order_relaxed)
-                   ? simd::dot_runs_v<Backend>
-                   : 0;
+        return tuned_key_runs() ? simd::dot_runs_v<Backend> : 0;
     }
     static_cast<void>(m);
     return 0;
@@ -247,9 +247,15 @@ struct kv_row_source {
   /// once the shares were found without divisions; AVX2's two runs there 1.09-1.17x from
   /// 16k keys, 0.95-1.03x at 4k (calls alternated in one process; docs/benchmarks.md).
   bool values_with_key_runs() const noexcept {
-    if constexpr (run_kernels)
-      return four_rows_ok && cpu::tuning().decode_key_runs.load(std::memory_order_relaxed);
+    if constexpr (run_kernels) return four_rows_ok && tuned_key_runs();
     return false;
+  }
+  /// Whether the CPU tuning takes decode's key runs for rows as long as these
+  /// (cpu::settings::decode_key_runs, decode_key_runs_min_values).
+  bool tuned_key_runs() const noexcept {
+    const cpu::settings& t = cpu::tuning();
+    return t.decode_key_runs.load(std::memory_order_relaxed) &&
+           n >= t.decode_key_runs_min_values.load(std::memory_order_relaxed);
   }
   /// q · row j of head h (q: cols values): one query row per key row (MHA, one query).
   Real dot(Index h, Index j, const Real* q) noexcept {
@@ -296,10 +302,11 @@ struct kv_row_source {
       const value_type* k = packet_row(h, j);
       const auto* v = values.packet_row(hv, jv);
       if (k && v && n == values.cols()) {
-        // a token's heads side by side: ask for the rows 1 KiB on (none where each head's
-        // rows lie back to back, whose streams the hardware follows; see accumulate_one_query)
-        if (rows_back_to_back()) return simd::dot_axpy<Backend>(q, k, n, a, v, o);
-        return simd::dot_axpy<Backend, prefetch_bytes>(q, k, n, a, v, o);
+        // a token's heads side by side: ask for the rows 1 KiB on; each head's rows back to
+        // back: as far on as the CPU tuning says (none where the hardware prefetchers
+        // follow the streams alone; see accumulate_one_query)
+        return simd::dot_axpy<Backend>(q, k, n, a, v, o,
+                                       rows_back_to_back() ? stream_prefetch : prefetch_bytes);
       }
     }
     const Real s = dot(h, j, q);
@@ -443,6 +450,7 @@ struct kv_row_source {
   bool four_rows_ok = false;  // many_rows from 4 rows: rows back to back (head-major)
   Index row_bytes = 0;        // stored row stride in bytes (0: rows converted into buf)
   Index row_lines = 0;        // cache lines of a stored row
+  Index stream_prefetch = 0;  // dot_axpy's distance over rows back to back (cpu::tuning)
   std::vector<Real> buf;      // one converted row
   const void* last_source = nullptr;
   Index last_j = -1;

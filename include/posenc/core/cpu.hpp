@@ -52,6 +52,25 @@ inline maker maker_of_this_cpu() noexcept {
   return maker::unknown;
 }
 
+/// The running CPU's family as its maker numbers it (CPUID leaf 1: the base family, plus
+/// the extended family where the base reads 15, so AMD's Zen 3 and Zen 4 are 25 and Zen 5
+/// is 26); 0 off x86.
+inline unsigned family_of_this_cpu() noexcept {
+  unsigned eax = 0;
+#if defined(POSENC_CPUID_GNU)
+  unsigned b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &eax, &b, &c, &d)) return 0;
+#elif defined(POSENC_CPUID_MSVC)
+  int r[4] = {};
+  __cpuid(r, 1);
+  eax = static_cast<unsigned>(r[0]);
+#else
+  return 0;
+#endif
+  const unsigned base = (eax >> 8) & 0xFu;
+  return base == 0xFu ? base + ((eax >> 20) & 0xFFu) : base;
+}
+
 /// Tuning choices that depend on the running CPU rather than on the instruction set. Every
 /// choice gives the same bits; only the speed differs. Atomic so that reading them in a
 /// kernel's setup is safe while another thread sets them (a call already running keeps
@@ -61,21 +80,42 @@ struct settings {
   /// head-major K/V): take a key tile's dots as four runs a quarter of the tile apart
   /// (simd::dot_block_runs) and ask for each key's value row beside its dot, instead
   /// of one run of neighbouring keys with the rows asked for 64 keys ahead. On the Intel
-  /// Xeon one query's GQA group of four ran 1.2-1.5x so (calls alternated in one process);
-  /// not measured on AMD's AVX-512 cores (Zen 4, Zen 5), which keep the order measured
+  /// Xeon one query's GQA group of four ran 1.2-1.5x so (calls alternated in one process),
+  /// and on Zen 5 1.31-1.51x with float rows of 128 values (16-bit ones 1.03-1.14x) but
+  /// 0.80x with rows of 64 (decode_key_runs_min_values); Zen 4 keeps the order measured
   /// there. On AVX2, whose float GQA dots take two runs on every CPU, it asks for the
   /// value rows beside them the same way (the Intel Xeon: 1.09-1.17x from 16k keys, 1.03x
-  /// at 4k keys on one thread, 0.95x on two; Zen 3 keeps its spread value blocks). True
-  /// on Intel CPUs.
+  /// at 4k keys on one thread, 0.95x on two; Zen 3 keeps its spread value blocks; Zen 5's
+  /// AVX2 builds not measured). True on Intel CPUs and AMD's family 26 (Zen 5).
   std::atomic<bool> decode_key_runs{false};
+  /// The shortest rows (values per key row) that take decode_key_runs where it is on: 0
+  /// on Intel (every d measured faster), 128 on Zen 5 (d 64 ran 0.80x with the runs).
+  std::atomic<int> decode_key_runs_min_values{0};
+  /// Decode's one-query MHA path over head-major K/V (backend/scalar/flash.hpp,
+  /// accumulate_one_query; each head's rows back to back): how many bytes ahead in each
+  /// row's stream the key and value rows are asked for again as they are read
+  /// (simd::dot_axpy), 0 for none. Zen 5's hardware prefetchers left one core reading
+  /// these four streams at about half its read roofline; 2 KiB ahead ran 1.17-1.70x at one
+  /// and two threads over 4k to 64k keys (processes alternated, docs/benchmarks.md).
+  /// 2048 on AMD's family 26 (Zen 5); 0 elsewhere, where the hardware alone kept up
+  /// (Zen 3) or nothing else was measured.
+  std::atomic<int> decode_stream_prefetch{0};
 
   settings() noexcept = default;
-  explicit settings(maker m) noexcept : decode_key_runs(m == maker::intel) {}
+  explicit settings(maker m, unsigned family = 0) noexcept
+      : decode_key_runs(m == maker::intel || zen5(m, family)),
+        decode_key_runs_min_values(zen5(m, family) ? 128 : 0),
+        decode_stream_prefetch(zen5(m, family) ? 2048 : 0) {}
+
+ private:
+  static constexpr bool zen5(maker m, unsigned family) noexcept {
+    return m == maker::amd && family == 26;
+  }
 };
 
-/// The settings in effect: on first use those of this CPU's maker.
+/// The settings in effect: on first use those of this CPU's maker and family.
 inline settings& tuning() noexcept {
-  static settings s(maker_of_this_cpu());
+  static settings s(maker_of_this_cpu(), family_of_this_cpu());
   return s;
 }
 

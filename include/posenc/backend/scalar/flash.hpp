@@ -442,7 +442,8 @@ class paced_rows {
 /// (d = 128, 8 heads), an access pattern the hardware prefetchers follow at about half
 /// the bandwidth. One query row per key and value row (MHA, one query) reads a tile's
 /// keys beside the tile before it's values (accumulate_one_query), asking for rows 1 KiB
-/// ahead only over a token-major cache (KRows::dot_axpy). A GQA group's
+/// ahead over a token-major cache and, head-major, as far ahead as the CPU tuning says
+/// (cpu::settings::decode_stream_prefetch: 2 KiB on Zen 5; KRows::dot_axpy). A GQA group's
 /// block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
 /// K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a few rows before
 /// each of the kernel's passes: VRows::spread_value_prefetch; on Intel, taking the dots
@@ -502,8 +503,10 @@ struct key_segment {
 /// the segments' order. The scores of the tile being read are row 0 of ws[i].s (where
 /// softmax_step works); the probabilities of the tile before it wait in row 1 (decode's
 /// workspaces hold decode_rows rows), so a segment's workspaces must not be begun again
-/// before it is done. Software prefetch 16 keys ahead lost (0.85-0.90x); 1 KiB ahead in
-/// the stream pays over a token-major cache only (KRows::dot_axpy).
+/// before it is done. Software prefetch 16 keys ahead lost (0.85-0.90x, Zen 3); 1 KiB
+/// ahead in the stream pays over a token-major cache, and over head-major rows on Zen 5,
+/// whose hardware prefetchers alone left a core at about half its read roofline, 2 KiB
+/// ahead (cpu::settings::decode_stream_prefetch; KRows::dot_axpy).
 template <class Policy, class Real, class KRows, class VRows, class Next, class Done>
 POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info& ci, Next&& next,
                                           Done&& done) noexcept {

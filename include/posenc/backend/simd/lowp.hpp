@@ -22,8 +22,9 @@
 ///     axpy_rows_many(...)             the same bits, four rows x several packets held
 ///                                     widened in registers; the same bits as on float inputs
 ///                                     (a hook between its passes: the caller's prefetches)
-///     dot_axpy(a, k, n, alpha, v, y)  dot(a, k, n), then axpy(alpha, v, n, y), the two
-///                                     rows loaded side by side; the two calls' bits
+///     dot_axpy(a, k, n, alpha, v, y[, ahead])   dot(a, k, n), then axpy(alpha, v, n, y),
+///                                     the two rows loaded side by side (and asked for
+///                                     `ahead` bytes on); the two calls' bits
 ///
 /// Defined for 16-bit types:
 ///
@@ -960,12 +961,12 @@ inline void axpy(float alpha, const T* x, Index n, float* y) noexcept {
 /// and of the value row v loaded side by side, so that two streams from memory are in
 /// flight together (decode's key and value passes, backend/scalar/flash.hpp). The dot's
 /// accumulators and order are dot's and each y value takes the one FMA of axpy: the bits
-/// of the two calls. Ahead > 0: each cache line of k and v read is asked for again Ahead
-/// bytes on (rows that continue in memory: a token's next heads, the next token's). Needs
-/// has_widening_ops_v<Arch, TK> and <Arch, TV>.
-template <class Arch, int Ahead = 0, class TK, class TV>
-inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const TV* v,
-                      float* y) noexcept {
+/// of the two calls. ahead > 0: each cache line of k and v read is asked for again ahead
+/// bytes on (rows that continue in memory: a token's next heads, the next token's, or a
+/// head's next rows). Needs has_widening_ops_v<Arch, TK> and <Arch, TV>.
+template <class Arch, class TK, class TV>
+inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const TV* v, float* y,
+                      Index ahead = 0) noexcept {
   using IK = storage_io<TK, Arch>;
   using IV = storage_io<TV, Arch>;
   using P = packet<float, Arch>;
@@ -974,13 +975,10 @@ inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const T
   const auto update = [&](Index i) { fmadd(al, IV::load(v + i), P::load(y + i)).store(y + i); };
   // one prefetch per cache line of a step's 4 W values (no more than a line's worth apart)
   const auto ask_ahead = [&](const auto* x, Index i) {
-    if constexpr (Ahead > 0) {
+    if (ahead > 0) {
       constexpr int step = static_cast<int>(4 * W * sizeof(*x));
-      const char* b = reinterpret_cast<const char*>(x + i) + Ahead;
+      const char* b = reinterpret_cast<const char*>(x + i) + ahead;
       for (int off = 0; off < step; off += 64) POSENC_PREFETCH(b + off);
-    } else {
-      static_cast<void>(x);
-      static_cast<void>(i);
     }
   };
   P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
