@@ -107,7 +107,11 @@ struct kv_row_source {
       row_bytes = source(b0).stride(0) * static_cast<Index>(sizeof(value_type));
     const std::size_t stored = b0.data ? sizeof(Real) : sizeof(value_type);
     row_lines = (n * static_cast<Index>(stored) + 63) / 64;
-    stream_prefetch = cpu::tuning().decode_stream_prefetch.load(std::memory_order_relaxed);
+    // the CPU tuning, read once per call (a call keeps what it read)
+    const cpu::settings& t = cpu::tuning();
+    stream_prefetch = t.decode_stream_prefetch.load(std::memory_order_relaxed);
+    tuned_key_runs = t.decode_key_runs.load(std::memory_order_relaxed) &&
+                     n >= t.decode_key_runs_min_values.load(std::memory_order_relaxed);
   }
 
   /// Whether dot_block and axpy_block take the many-row kernels (simd::dot_block_many,
@@ -216,7 +220,7 @@ struct kv_row_source {
       if constexpr (simd::dot_runs_v<Backend> == 2)
         return !widen_in_registers && many_rows(m) ? 2 : 0;
       else
-        return tuned_key_runs() ? simd::dot_runs_v<Backend> : 0;
+        return tuned_key_runs ? simd::dot_runs_v<Backend> : 0;
     }
     static_cast<void>(m);
     return 0;
@@ -247,15 +251,8 @@ struct kv_row_source {
   /// once the shares were found without divisions; AVX2's two runs there 1.09-1.17x from
   /// 16k keys, 0.95-1.03x at 4k (calls alternated in one process; docs/benchmarks.md).
   bool values_with_key_runs() const noexcept {
-    if constexpr (run_kernels) return four_rows_ok && tuned_key_runs();
+    if constexpr (run_kernels) return four_rows_ok && tuned_key_runs;
     return false;
-  }
-  /// Whether the CPU tuning takes decode's key runs for rows as long as these
-  /// (cpu::settings::decode_key_runs, decode_key_runs_min_values).
-  bool tuned_key_runs() const noexcept {
-    const cpu::settings& t = cpu::tuning();
-    return t.decode_key_runs.load(std::memory_order_relaxed) &&
-           n >= t.decode_key_runs_min_values.load(std::memory_order_relaxed);
   }
   /// q · row j of head h (q: cols values): one query row per key row (MHA, one query).
   Real dot(Index h, Index j, const Real* q) noexcept {
@@ -451,7 +448,9 @@ struct kv_row_source {
   Index row_bytes = 0;        // stored row stride in bytes (0: rows converted into buf)
   Index row_lines = 0;        // cache lines of a stored row
   Index stream_prefetch = 0;  // dot_axpy's distance over rows back to back (cpu::tuning)
-  std::vector<Real> buf;      // one converted row
+  // decode_key_runs for rows this long (cpu::settings: decode_key_runs_min_values)
+  bool tuned_key_runs = false;
+  std::vector<Real> buf;  // one converted row
   const void* last_source = nullptr;
   Index last_j = -1;
 
