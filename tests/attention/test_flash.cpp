@@ -557,9 +557,9 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // (kv_row_source::value_block), head-major ones 16: the same bits. With the CPU tuning's
   // decode_key_runs (cpu.hpp; on by default on Intel), AVX-512 takes a GQA group's dots in
   // four runs of keys a quarter of a tile apart and asks for the value rows beside them,
-  // and with its decode_stream_prefetch (on by default on Zen 5) one query's MHA asks for
-  // its head-major rows 2 KiB ahead, whatever CPU runs the test: both settings, the same
-  // bits.
+  // and with its decode_stream_prefetch (on by default on Zen 5 and Intel) one query's MHA
+  // asks for its head-major rows 2 KiB ahead, whatever CPU runs the test: both settings,
+  // the same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);

@@ -101,12 +101,14 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
         (m == posenc::cpu::maker::intel || (m == posenc::cpu::maker::amd && family == 26)));
   CHECK(posenc::cpu::tuning().decode_key_runs_min_values ==
         posenc::cpu::settings(m, family).decode_key_runs_min_values);
-  // decode's head-major stream prefetch: AMD's family 26 (Zen 5) only, whatever the
-  // family elsewhere; the settings in effect are this CPU's maker's and family's
+  // decode's head-major stream prefetch: Intel's CPUs and AMD's family 26 (Zen 5), not
+  // other AMD families nor unknown makers; the settings in effect are this CPU's maker's
+  // and family's
   CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_stream_prefetch == 2048);
   CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 25).decode_stream_prefetch == 0);
   CHECK(posenc::cpu::settings(posenc::cpu::maker::amd).decode_stream_prefetch == 0);
-  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel, 26).decode_stream_prefetch == 0);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel, 6).decode_stream_prefetch == 2048);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel).decode_stream_prefetch == 2048);
   CHECK(posenc::cpu::settings(posenc::cpu::maker::unknown, 26).decode_stream_prefetch == 0);
   CHECK(posenc::cpu::tuning().decode_stream_prefetch ==
         posenc::cpu::settings(m, family).decode_stream_prefetch);

@@ -96,16 +96,17 @@ struct settings {
   /// row's stream the key and value rows are asked for again as they are read
   /// (simd::dot_axpy), 0 for none. Zen 5's hardware prefetchers left one core reading
   /// these four streams at about half its read roofline; 2 KiB ahead ran 1.17-1.70x at one
-  /// and two threads over 4k to 64k keys (processes alternated, docs/benchmarks.md).
-  /// 2048 on AMD's family 26 (Zen 5); 0 elsewhere, where the hardware alone kept up
-  /// (Zen 3) or nothing else was measured.
+  /// and two threads over 4k to 64k keys (processes alternated, docs/benchmarks.md). On
+  /// the Intel Xeon of model 207 2 KiB ran 1.07-1.41x (1 and 3 KiB less). 2048 on Intel
+  /// CPUs and AMD's family 26 (Zen 5); 0 on other AMD CPUs, where the hardware alone kept
+  /// up (Zen 3) or nothing else was measured.
   std::atomic<int> decode_stream_prefetch{0};
 
   settings() noexcept = default;
   explicit settings(maker m, unsigned family = 0) noexcept
       : decode_key_runs(m == maker::intel || zen5(m, family)),
         decode_key_runs_min_values(zen5(m, family) ? 128 : 0),
-        decode_stream_prefetch(zen5(m, family) ? 2048 : 0) {}
+        decode_stream_prefetch(m == maker::intel || zen5(m, family) ? 2048 : 0) {}
 
  private:
   static constexpr bool zen5(maker m, unsigned family) noexcept {

@@ -443,8 +443,8 @@ class paced_rows {
 /// the bandwidth. One query row per key and value row (MHA, one query) reads a tile's
 /// keys beside the tile before it's values (accumulate_one_query), asking for rows 1 KiB
 /// ahead over a token-major cache and, head-major, as far ahead as the CPU tuning says
-/// (cpu::settings::decode_stream_prefetch: 2 KiB on Zen 5; KRows::dot_axpy). A GQA group's
-/// block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
+/// (cpu::settings::decode_stream_prefetch: 2 KiB on Zen 5 and Intel; KRows::dot_axpy). A GQA
+/// group's block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
 /// K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a few rows before
 /// each of the kernel's passes: VRows::spread_value_prefetch; on Intel, taking the dots
 /// in runs (AVX-512 four, AVX2 two), each key's value row a share at a time beside its
@@ -504,9 +504,9 @@ struct key_segment {
 /// softmax_step works); the probabilities of the tile before it wait in row 1 (decode's
 /// workspaces hold decode_rows rows), so a segment's workspaces must not be begun again
 /// before it is done. Software prefetch 16 keys ahead lost (0.85-0.90x, Zen 3); 1 KiB
-/// ahead in the stream pays over a token-major cache, and over head-major rows on Zen 5,
-/// whose hardware prefetchers alone left a core at about half its read roofline, 2 KiB
-/// ahead (cpu::settings::decode_stream_prefetch; KRows::dot_axpy).
+/// ahead in the stream pays over a token-major cache, and over head-major rows on Zen 5
+/// (whose hardware prefetchers alone left a core at about half its read roofline) and
+/// Intel, 2 KiB ahead (cpu::settings::decode_stream_prefetch; KRows::dot_axpy).
 template <class Policy, class Real, class KRows, class VRows, class Next, class Done>
 POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info& ci, Next&& next,
                                           Done&& done) noexcept {
