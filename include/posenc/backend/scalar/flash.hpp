@@ -443,13 +443,13 @@ class paced_rows {
 /// the bandwidth. One query row per key and value row (MHA, one query) reads a tile's
 /// keys beside the tile before it's values (accumulate_one_query), asking for rows 1 KiB
 /// ahead over a token-major cache and, head-major, as far ahead as the CPU tuning says
-/// (cpu::settings::decode_stream_prefetch: 2 KiB on Zen 5 and Intel; KRows::dot_axpy). A GQA
-/// group's block kernels prefetch 64 keys on where each head's rows lie back to back (head-major
-/// K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a few rows before
-/// each of the kernel's passes: VRows::spread_value_prefetch; on Intel, taking the dots
-/// in runs (AVX-512 four, AVX2 two), each key's value row a share at a time beside its
-/// key row: VRows::values_with_key_runs), 8 keys on over a
-/// token-major cache of 16-bit rows, and
+/// (cpu::settings::decode_stream_prefetch: 2 KiB on Zen 5 and Intel; KRows::dot_axpy).
+/// A GQA group's block kernels prefetch 64 keys on where each head's rows lie back to
+/// back (head-major K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a
+/// few rows before each of the kernel's passes: VRows::spread_value_prefetch; on Intel,
+/// taking the dots in runs (AVX-512 four, AVX2 two), each key's value row a share at a
+/// time beside its key row: VRows::values_with_key_runs), 8 keys on over a token-major
+/// cache of 16-bit rows, and
 /// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
 /// block_prefetch_keys). GCC had deleted every one of these prefetches until
 /// 2026-11-28 (config.hpp), so the distances and streams tried before that date
