@@ -441,6 +441,7 @@ void decode(benchmark::State& state) {
   state.counters["key_runs"] =
       tuning.decode_key_runs && d >= tuning.decode_key_runs_min_values.load() ? 1 : 0;
   state.counters["stream_prefetch"] = tuning.decode_stream_prefetch.load();
+  state.counters["key_run_prefetch"] = tuning.decode_key_run_prefetch.load();
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
@@ -504,6 +505,8 @@ int main(int argc, char** argv) {
   }
   if (const char* ahead = std::getenv("POSENC_DECODE_STREAM_PREFETCH"))
     posenc::cpu::tuning().decode_stream_prefetch = std::atoi(ahead);
+  if (const char* ahead = std::getenv("POSENC_DECODE_KEY_RUN_PREFETCH"))
+    posenc::cpu::tuning().decode_key_run_prefetch = std::atoi(ahead);
   const bool every = mode("full");
   if (mode("order"))
     for (long keys : {1280L, 16384L})

@@ -558,8 +558,8 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // decode_key_runs (cpu.hpp; on by default on Intel), AVX-512 takes a GQA group's dots in
   // four runs of keys a quarter of a tile apart and asks for the value rows beside them,
   // and with its decode_stream_prefetch (on by default on Zen 5 and Intel) one query's MHA
-  // asks for its head-major rows 2 KiB ahead, whatever CPU runs the test: both settings,
-  // the same bits.
+  // asks for its head-major rows 2 KiB ahead, and with decode_key_run_prefetch (Zen 5) the
+  // runs' key rows 2 KiB ahead, whatever CPU runs the test: both settings, the same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
@@ -594,13 +594,16 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     std::atomic<bool>& key_runs = posenc::cpu::tuning().decode_key_runs;
     std::atomic<int>& stream_prefetch = posenc::cpu::tuning().decode_stream_prefetch;
     std::atomic<int>& runs_min = posenc::cpu::tuning().decode_key_runs_min_values;
+    std::atomic<int>& run_prefetch = posenc::cpu::tuning().decode_key_run_prefetch;
     const bool was = key_runs;
-    const int prefetch_was = stream_prefetch, min_was = runs_min;
+    const int prefetch_was = stream_prefetch, min_was = runs_min, run_prefetch_was = run_prefetch;
     runs_min = 0;  // every d takes the runs where they are on (Zen 5: from 128 values)
     for (const bool runs : {false, true}) {
-      INFO("decode_key_runs " << runs << ", decode_stream_prefetch " << (runs ? 2048 : 0));
+      INFO("decode_key_runs " << runs << ", decode_stream_prefetch and decode_key_run_prefetch "
+                              << (runs ? 2048 : 0));
       key_runs = runs;
       stream_prefetch = runs ? 2048 : 0;
+      run_prefetch = runs ? 2048 : 0;
       check(p, posenc::no_position_policy{});
       check(p, posenc::alibi_policy(z.heads));
       if (z.dim == z.dim_v) check(p, posenc::rotary_policy(z.dim));
@@ -610,6 +613,7 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     key_runs = was;
     stream_prefetch = prefetch_was;
     runs_min = min_was;
+    run_prefetch = run_prefetch_was;
   }
 }
 
@@ -628,17 +632,17 @@ TEST_CASE("paced_rows asks for every line of a block's value rows once, key by k
   };
   const std::vector<char> rows(1 << 16);
   const char* base = rows.data();
-  for (const int runs : {1, 2, 4})
+  for (const int runs : {1, 2, 4, 8})  // 8: four runs' value rows and their key rows ahead
     for (const int keys : {1, 3, 4})
       for (const long lines : {1L, 4L, 5L, 8L, 9L})
         for (const int steps : {1, 2, 8, 32, 33, 36}) {
           INFO("runs " << runs << ", keys " << keys << ", lines " << lines << ", steps " << steps);
           const long stride = 64 * lines + 192, span = keys * stride + 1024;
-          const char* first[4];
+          const char* first[8];
           for (int r = 0; r < runs; ++r) first[r] = base + r * span;
           std::vector<std::pair<int, std::ptrdiff_t>> log;
           int step = 0;
-          posenc::kernels::flash::paced_rows<4, asked> pace(first, runs, stride, keys, lines,
+          posenc::kernels::flash::paced_rows<8, asked> pace(first, runs, stride, keys, lines,
                                                             asked{&log, &step, base});
           for (; step < steps + 3; ++step) pace(step, steps);  // 3 calls past the end: none
           // every (run, key, line) once, and in order within each run

@@ -112,4 +112,11 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
   CHECK(posenc::cpu::settings(posenc::cpu::maker::unknown, 26).decode_stream_prefetch == 0);
   CHECK(posenc::cpu::tuning().decode_stream_prefetch ==
         posenc::cpu::settings(m, family).decode_stream_prefetch);
+  // the GQA key runs' key rows asked for ahead: AMD's family 26 (Zen 5) only
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_key_run_prefetch == 2048);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 25).decode_key_run_prefetch == 0);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel, 6).decode_key_run_prefetch == 0);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::unknown, 26).decode_key_run_prefetch == 0);
+  CHECK(posenc::cpu::tuning().decode_key_run_prefetch ==
+        posenc::cpu::settings(m, family).decode_key_run_prefetch);
 }

@@ -110,6 +110,7 @@ struct kv_row_source {
     // the CPU tuning, read once per call (a call keeps what it read)
     const cpu::settings& t = cpu::tuning();
     stream_prefetch = t.decode_stream_prefetch.load(std::memory_order_relaxed);
+    run_prefetch = t.decode_key_run_prefetch.load(std::memory_order_relaxed);
     tuned_key_runs = t.decode_key_runs.load(std::memory_order_relaxed) &&
                      n >= t.decode_key_runs_min_values.load(std::memory_order_relaxed);
   }
@@ -431,6 +432,12 @@ struct kv_row_source {
   Index stored_row_stride() const noexcept { return row_bytes; }
   /// Cache lines of a stored row (from its first byte).
   Index stored_row_lines() const noexcept { return row_lines; }
+  /// How many rows on in each of dot_block_runs' runs accumulate_heads asks for the key
+  /// rows too, beside the value rows (cpu::settings::decode_key_run_prefetch, in rows of
+  /// this source; 0 for none, and where the rows are not read as stored).
+  Index run_prefetch_rows() const noexcept {
+    return row_bytes > 0 ? std::max<Index>(0, run_prefetch) / row_bytes : 0;
+  }
   /// Asks for row j of head h (every line of it, where it lies as stored).
   void prefetch(Index h, Index j) const noexcept {
     if (const char* p = stored_row_at(h, j)) prefetch_row(p, 64 * row_lines);
@@ -448,6 +455,7 @@ struct kv_row_source {
   Index row_bytes = 0;        // stored row stride in bytes (0: rows converted into buf)
   Index row_lines = 0;        // cache lines of a stored row
   Index stream_prefetch = 0;  // dot_axpy's distance over rows back to back (cpu::tuning)
+  Index run_prefetch = 0;     // bytes ahead in each key run (cpu::tuning; run_prefetch_rows)
   // decode_key_runs for rows this long (cpu::settings: decode_key_runs_min_values)
   bool tuned_key_runs = false;
   std::vector<Real> buf;  // one converted row

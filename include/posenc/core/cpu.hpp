@@ -101,12 +101,22 @@ struct settings {
   /// CPUs and AMD's family 26 (Zen 5); 0 on other AMD CPUs, where the hardware alone kept
   /// up (Zen 3) or nothing else was measured.
   std::atomic<int> decode_stream_prefetch{0};
+  /// Decode's GQA key runs (decode_key_runs, head-major K/V): how many bytes ahead in each
+  /// run its key rows are asked for too, a share at each step of the dot kernel beside the
+  /// value rows (backend/scalar/flash.hpp, accumulate_heads), 0 for none. Zen 5's hardware
+  /// prefetchers alone left the four runs of key rows late: 2 KiB ahead (4 float rows of
+  /// 128) ran 1.08-1.29x at one and two threads over 4k to 64k keys, every one of 36
+  /// rounds faster (processes alternated, docs/benchmarks.md). On the Intel Xeon of model
+  /// 207 2, 4 and 8 rows ahead were within that host's noise (0.91-1.26x): 2048 on AMD's
+  /// family 26 (Zen 5), 0 elsewhere.
+  std::atomic<int> decode_key_run_prefetch{0};
 
   settings() noexcept = default;
   explicit settings(maker m, unsigned family = 0) noexcept
       : decode_key_runs(intel_or_zen5(m, family)),
         decode_key_runs_min_values(zen5(m, family) ? 128 : 0),
-        decode_stream_prefetch(intel_or_zen5(m, family) ? 2048 : 0) {}
+        decode_stream_prefetch(intel_or_zen5(m, family) ? 2048 : 0),
+        decode_key_run_prefetch(zen5(m, family) ? 2048 : 0) {}
 
  private:
   static constexpr bool zen5(maker m, unsigned family) noexcept {

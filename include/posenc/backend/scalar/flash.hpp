@@ -448,7 +448,8 @@ class paced_rows {
 /// back (head-major K/V: 1.24-1.40x at one thread; AVX2's value blocks the next block, a
 /// few rows before each of the kernel's passes: VRows::spread_value_prefetch; on Intel,
 /// taking the dots in runs (AVX-512 four, AVX2 two), each key's value row a share at a
-/// time beside its key row: VRows::values_with_key_runs), 8 keys on over a token-major
+/// time beside its key row: VRows::values_with_key_runs; on Zen 5 each run's key rows
+/// too, 2 KiB on in the run: KRows::run_prefetch_rows), 8 keys on over a token-major
 /// cache of 16-bit rows, and
 /// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
 /// block_prefetch_keys). GCC had deleted every one of these prefetches until
@@ -604,6 +605,12 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   // place of the block prefetches of the values; where a query head's keys are its own
   // (key_group 1) a group's heads would ask for the same value rows, so not there
   const bool values_with_keys = runs > 0 && key_group == value_group && vs.values_with_key_runs();
+  // and beside them each run's key rows key_ahead rows on in the run (KRows::
+  // run_prefetch_rows; where the key and value rows are alike, as paced_rows steps them)
+  const Index key_ahead = values_with_keys && ks.stored_row_stride() == vs.stored_row_stride() &&
+                                  ks.stored_row_lines() == vs.stored_row_lines()
+                              ? ks.run_prefetch_rows()
+                              : 0;
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -652,12 +659,19 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
               if (values_with_keys) {
                 // each key's value rows asked for beside its key rows, a share of a row
                 // per step of the kernel (the dots' hook: key c of every run takes steps
-                // / run steps), so that the misses go out evenly with the reads
-                const char* first[4];
+                // / run steps), so that the misses go out evenly with the reads; and the
+                // key rows key_ahead rows on in each run whose rows that far on are still
+                // the unit's (past kend they are another unit's: not asked for)
+                const char* first[8];
+                int streams = runs;
                 for (int r = 0; r < runs; ++r) first[r] = vs.stored_row_at(h0, j0 + r * span + c0);
+                if (key_ahead > 0)
+                  for (int r = 0; r < runs; ++r)
+                    if (j0 + r * span + c0 + key_ahead + run <= kend)
+                      first[streams++] = ks.stored_row_at(h0, j0 + r * span + c0 + key_ahead);
                 ks.dot_block_runs(h0, j0 + c0, span, hr.q.data() + h0 * nb, key_rows,
                                   hr.block_s.data(),
-                                  paced_rows<4>(first, runs, vs.stored_row_stride(),
+                                  paced_rows<8>(first, streams, vs.stored_row_stride(),
                                                 static_cast<int>(run), vs.stored_row_lines()));
               } else {
                 ks.dot_block_runs(h0, j0 + c0, span, hr.q.data() + h0 * nb, key_rows,
