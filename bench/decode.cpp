@@ -42,8 +42,11 @@
 // values or more, Zen 5; 1 takes them for every d; counter `key_runs`: whether the row's d
 // takes them), to compare the two orders on one CPU.
 // POSENC_DECODE_STREAM_PREFETCH=bytes sets its decode_stream_prefetch (one query's MHA over
-// head-major K/V asks for each row's stream that far ahead; 2048 on Zen 5, else 0; counter
-// `stream_prefetch`).
+// head-major K/V asks for each row's stream that far ahead; 2048 on Zen 5 and Intel, else 0;
+// counter `stream_prefetch`).
+// POSENC_DECODE_KEY_RUN_PREFETCH=bytes sets its decode_key_run_prefetch (the GQA key runs ask
+// for their key rows that far ahead in each run beside the value rows; 2048 on Zen 5, else 0;
+// counter `key_run_prefetch`).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
