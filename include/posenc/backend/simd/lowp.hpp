@@ -596,6 +596,17 @@ inline int dot_tiles(const float* const* a, int m, const T* b, Index ldb, int ke
   return i;
 }
 
+#if POSENC_ARCH_AVX512
+/// in_register for a 512-bit packet (any of the 32 registers).
+POSENC_INLINE void in_register(__m512& v) noexcept {
+#if defined(__GNUC__)
+  __asm__("" : "+v"(v));
+#else
+  static_cast<void>(v);
+#endif
+}
+#endif
+
 #if POSENC_ARCH_AVX2
 /// Ties v to a register here. GCC folds a packet that several FMAs share back into each of
 /// them as a memory operand, a load per FMA: on Zen 3, whose L1 gives about one 256-bit
@@ -723,8 +734,15 @@ inline void dot_block4_two_runs_avx2(const float* const* a, const T* b, Index ld
 /// reduce_add_each: the same bits as dot_block. A tile's sums (lane 4i + r: row i, run r)
 /// are transposed in 128-bit quarters, so that row i's 4 keys of run r are one store to
 /// out[i] + r · run_rows. step(s, steps) before each of the 4 tiles' passes over the
-/// packets (s = t · per_tile + packet).
-template <class T, class Step>
+/// packets (s = t · per_tile + packet). Tie: each step's query and key packets loaded once
+/// into registers for their 16 FMAs. Left to itself GCC hoists the query packets of every
+/// step out of the loop, spills them, and folds each key packet into its four FMAs as
+/// memory operands (20 loads for 16 FMAs): with K in the caches the kernel then ran at
+/// about half the speed (Zen 5, 6.0-7.8 against 11-14 ns a key), but over rows coming
+/// from memory the untied form read as fast or faster (one query's GQA at 64k keys:
+/// 0.84-0.95x tied), so the caller ties where the rows are in the caches
+/// (dot_block_runs; docs/benchmarks.md).
+template <bool Tie, class T, class Step>
 inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index ldb,
                                         Index run_rows, Index n, float* const* out,
                                         Step&& step) noexcept {
@@ -750,6 +768,10 @@ inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index
       P x[4], y[4];
       unrolled<4>([&](auto q) { x[q] = P::load(a[q] + i); });
       unrolled<4>([&](auto r) { y[r] = IO::load(k[r] + i); });
+      if constexpr (Tie) {
+        unrolled<4>([&](auto q) { in_register(x[q].v); });
+        unrolled<4>([&](auto r) { in_register(y[r].v); });
+      }
       add(x, y);
     }
     if (rest > 0) {
@@ -872,10 +894,18 @@ inline void dot_block_runs(const float* const* a, int m, const T* b, Index ldb, 
     }
   };
 #if POSENC_ARCH_AVX512
-  if constexpr (std::is_same_v<Arch, backend::avx512>)
-    return by_fours([&](const float* const* a4, float* const* out4, auto&& step4) {
-      detail::dot_block4_four_runs_avx512(a4, b, ldb, run_rows, n, out4, step4);
-    });
+  if constexpr (std::is_same_v<Arch, backend::avx512>) {
+    // the first four rows read the keys from wherever they are, the others from the
+    // caches: those tie their packets to registers (several queries of a GQA group)
+    for (int i = 0; i + 4 <= m; i += 4) {
+      if (i == 0)
+        detail::dot_block4_four_runs_avx512<false>(a, b, ldb, run_rows, n, out, step);
+      else
+        detail::dot_block4_four_runs_avx512<true>(a + i, b, ldb, run_rows, n, out + i,
+                                                  [](int, int) noexcept {});
+    }
+    return;
+  }
 #endif
 #if POSENC_ARCH_AVX2
   if constexpr (std::is_same_v<Arch, backend::avx2>)
