@@ -1,17 +1,19 @@
 #pragma once
 /// \file
-/// The running CPU's maker, and the tuning choices that follow from it where a backend tag
-/// (fixed at compile time: core/backend.hpp) leaves one open. An AVX-512 build runs on
-/// Intel's and AMD's cores alike, and the two differ in what their memory systems favour:
-/// on the 2-core Intel Xeon measured here (docs/benchmarks.md) one core reads a single
-/// ascending stream at about half the rate of four, where AMD's Zen 3 and Zen 4 cores
-/// lose little with one or two.
+/// The running CPU's maker, family and model, and the tuning choices that follow from them
+/// where a backend tag (fixed at compile time: core/backend.hpp) leaves one open. An AVX-512
+/// build runs on Intel's and AMD's cores alike, and they differ in what their memory
+/// systems favour: on the 2-core Intel Xeon measured here (docs/benchmarks.md) one core
+/// reads a single ascending stream at about half the rate of four; Zen 5 needs rows asked
+/// for ahead that Zen 3's and Zen 4's prefetchers bring alone.
 ///
 ///     cpu::maker_of_this_cpu()     intel, amd or unknown (CPUID's vendor string; unknown
 ///                                  off x86)
+///     cpu::family_of_this_cpu()    CPUID's family and model (0 off x86)
+///     cpu::model_of_this_cpu()
 ///     cpu::tuning()                the choices in effect (cpu::settings), found from the
-///                                  maker on first use; a program (a test, a benchmark)
-///                                  may set them before its calls
+///                                  maker, family and model on first use; a program (a
+///                                  test, a benchmark) may set them before its calls
 #include <atomic>
 #include <cstring>
 
@@ -71,6 +73,27 @@ inline unsigned family_of_this_cpu() noexcept {
   return base == 0xFu ? base + ((eax >> 20) & 0xFFu) : base;
 }
 
+/// The running CPU's model within its family (CPUID leaf 1: the base model, with the
+/// extended model as its high four bits where the base family reads 6 or 15, as Linux's
+/// /proc/cpuinfo gives it); 0 off x86. AMD's family 25 holds two generations: Zen 3 (models
+/// 0x00-0x0F, 0x20-0x5F) and Zen 4 (0x10-0x1F, 0x60-0xAF).
+inline unsigned model_of_this_cpu() noexcept {
+  unsigned eax = 0;
+#if defined(POSENC_CPUID_GNU)
+  unsigned b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &eax, &b, &c, &d)) return 0;
+#elif defined(POSENC_CPUID_MSVC)
+  int r[4] = {};
+  __cpuid(r, 1);
+  eax = static_cast<unsigned>(r[0]);
+#else
+  return 0;
+#endif
+  const unsigned base_family = (eax >> 8) & 0xFu;
+  const unsigned model = (eax >> 4) & 0xFu;
+  return base_family == 6u || base_family == 15u ? model | (((eax >> 16) & 0xFu) << 4) : model;
+}
+
 /// Tuning choices that depend on the running CPU rather than on the instruction set. Every
 /// choice gives the same bits; only the speed differs. Atomic so that reading them in a
 /// kernel's setup is safe while another thread sets them (a call already running keeps
@@ -81,15 +104,19 @@ struct settings {
   /// (simd::dot_block_runs) and ask for each key's value row beside its dot, instead
   /// of one run of neighbouring keys with the rows asked for 64 keys ahead. On the Intel
   /// Xeon one query's GQA group of four ran 1.2-1.5x so (calls alternated in one process),
-  /// and on Zen 5 1.31-1.51x with float rows of 128 values (16-bit ones 1.03-1.14x) but
-  /// 0.80x with rows of 64 (decode_key_runs_min_values); Zen 4 keeps the order measured
-  /// there. On AVX2, whose float GQA dots take two runs on every CPU, it asks for the
-  /// value rows beside them the same way (the Intel Xeon: 1.09-1.17x from 16k keys, 1.03x
-  /// at 4k keys on one thread, 0.95x on two; Zen 3 keeps its spread value blocks; Zen 5's
-  /// AVX2 builds not measured). True on Intel CPUs and AMD's family 26 (Zen 5).
+  /// on Zen 5 1.31-1.51x with float rows of 128 values (16-bit ones 1.03-1.14x) but 0.80x
+  /// with rows of 64 (decode_key_runs_min_values), and on Zen 4 1.37-2.36x on every GQA
+  /// row measured (float, half and bfloat16, d 64 and 128, 1 to 8 queries, 1 and 2
+  /// threads; processes alternated, docs/benchmarks.md). On AVX2, whose float GQA dots
+  /// take two runs on every CPU, it asks for the value rows beside them the same way (the
+  /// Intel Xeon: 1.09-1.17x from 16k keys, 1.03x at 4k keys on one thread, 0.95x on two;
+  /// Zen 4's AVX2 builds 1.11-1.28x on float rows of 128, 0.76-1.09x on the rest; Zen 3
+  /// keeps its spread value blocks; Zen 5's AVX2 builds not measured). True on Intel CPUs,
+  /// AMD's Zen 4 (family 25, its models) and family 26 (Zen 5).
   std::atomic<bool> decode_key_runs{false};
   /// The shortest rows (values per key row) that take decode_key_runs where it is on: 0
-  /// on Intel (every d measured faster), 128 on Zen 5 (d 64 ran 0.80x with the runs).
+  /// on Intel and Zen 4 (every d measured faster), 128 on Zen 5 (d 64 ran 0.80x with the
+  /// runs).
   std::atomic<int> decode_key_runs_min_values{0};
   /// Decode's one-query MHA path over head-major K/V (backend/scalar/flash.hpp,
   /// accumulate_one_query; each head's rows back to back): how many bytes ahead in each
@@ -99,7 +126,8 @@ struct settings {
   /// and two threads over 4k to 64k keys (processes alternated, docs/benchmarks.md). On
   /// the Intel Xeon of model 207 2 KiB ran 1.07-1.41x (1 and 3 KiB less). 2048 on Intel
   /// CPUs and AMD's family 26 (Zen 5); 0 on other AMD CPUs, where the hardware alone kept
-  /// up (Zen 3) or nothing else was measured.
+  /// up (Zen 3) or the hints cost more than they gave (Zen 4: 0.59-0.70x at one thread,
+  /// 0.82-1.05x at two, medians of 4 rounds).
   std::atomic<int> decode_stream_prefetch{0};
   /// Decode's GQA key runs (decode_key_runs, head-major K/V): how many bytes ahead in each
   /// run its key rows are asked for too, a share at each step of the dot kernel beside the
@@ -107,16 +135,26 @@ struct settings {
   /// prefetchers alone left the four runs of key rows late: 2 KiB ahead (4 float rows of
   /// 128) ran 1.08-1.29x at one and two threads over 4k to 64k keys, every one of 36
   /// rounds faster (processes alternated, docs/benchmarks.md). On the Intel Xeon of model
-  /// 207 2, 4 and 8 rows ahead were within that host's noise (0.91-1.26x): 2048 on AMD's
+  /// 207 2, 4 and 8 rows ahead were within that host's noise (0.91-1.26x), and on Zen 4
+  /// 2 KiB ran 0.87-1.17x (medians of 4 rounds, 10 of 16 rows slower): 2048 on AMD's
   /// family 26 (Zen 5), 0 elsewhere.
   std::atomic<int> decode_key_run_prefetch{0};
 
   settings() noexcept = default;
-  explicit settings(maker m, unsigned family = 0) noexcept
-      : decode_key_runs(intel_or_zen5(m, family)),
+  /// The choices for a CPU of this maker, family and model (family_of_this_cpu,
+  /// model_of_this_cpu; the model matters only within AMD's family 25, Zen 3 or Zen 4).
+  explicit settings(maker m, unsigned family = 0, unsigned model = 0) noexcept
+      : decode_key_runs(m == maker::intel || zen4(m, family, model) || zen5(m, family)),
         decode_key_runs_min_values(zen5(m, family) ? 128 : 0),
         decode_stream_prefetch(intel_or_zen5(m, family) ? 2048 : 0),
         decode_key_run_prefetch(zen5(m, family) ? 2048 : 0) {}
+
+  /// Whether a CPU of AMD's family 25 is a Zen 4 (its models 0x10-0x1F and 0x60-0xAF;
+  /// the rest of the family, 0x00-0x0F and 0x20-0x5F, is Zen 3).
+  static constexpr bool zen4(maker m, unsigned family, unsigned model) noexcept {
+    return m == maker::amd && family == 25 &&
+           ((model >= 0x10 && model <= 0x1F) || (model >= 0x60 && model <= 0xAF));
+  }
 
  private:
   static constexpr bool zen5(maker m, unsigned family) noexcept {
@@ -128,9 +166,9 @@ struct settings {
   }
 };
 
-/// The settings in effect: on first use those of this CPU's maker and family.
+/// The settings in effect: on first use those of this CPU's maker, family and model.
 inline settings& tuning() noexcept {
-  static settings s(maker_of_this_cpu(), family_of_this_cpu());
+  static settings s(maker_of_this_cpu(), family_of_this_cpu(), model_of_this_cpu());
   return s;
 }
 
