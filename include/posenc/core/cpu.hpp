@@ -54,10 +54,10 @@ inline maker maker_of_this_cpu() noexcept {
   return maker::unknown;
 }
 
-/// The running CPU's family as its maker numbers it (CPUID leaf 1: the base family, plus
-/// the extended family where the base reads 15, so AMD's Zen 3 and Zen 4 are 25 and Zen 5
-/// is 26); 0 off x86.
-inline unsigned family_of_this_cpu() noexcept {
+namespace detail {
+/// CPUID leaf 1's EAX, the processor signature that family_of_this_cpu and
+/// model_of_this_cpu read their fields from; 0 off x86 (every field then reads 0).
+inline unsigned signature_of_this_cpu() noexcept {
   unsigned eax = 0;
 #if defined(POSENC_CPUID_GNU)
   unsigned b = 0, c = 0, d = 0;
@@ -66,9 +66,16 @@ inline unsigned family_of_this_cpu() noexcept {
   int r[4] = {};
   __cpuid(r, 1);
   eax = static_cast<unsigned>(r[0]);
-#else
-  return 0;
 #endif
+  return eax;
+}
+}  // namespace detail
+
+/// The running CPU's family as its maker numbers it (CPUID leaf 1: the base family, plus
+/// the extended family where the base reads 15, so AMD's Zen 3 and Zen 4 are 25 and Zen 5
+/// is 26); 0 off x86.
+inline unsigned family_of_this_cpu() noexcept {
+  const unsigned eax = detail::signature_of_this_cpu();
   const unsigned base = (eax >> 8) & 0xFu;
   return base == 0xFu ? base + ((eax >> 20) & 0xFFu) : base;
 }
@@ -78,17 +85,7 @@ inline unsigned family_of_this_cpu() noexcept {
 /// /proc/cpuinfo gives it); 0 off x86. AMD's family 25 holds two generations: Zen 3 (models
 /// 0x00-0x0F, 0x20-0x5F) and Zen 4 (0x10-0x1F, 0x60-0xAF).
 inline unsigned model_of_this_cpu() noexcept {
-  unsigned eax = 0;
-#if defined(POSENC_CPUID_GNU)
-  unsigned b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &eax, &b, &c, &d)) return 0;
-#elif defined(POSENC_CPUID_MSVC)
-  int r[4] = {};
-  __cpuid(r, 1);
-  eax = static_cast<unsigned>(r[0]);
-#else
-  return 0;
-#endif
+  const unsigned eax = detail::signature_of_this_cpu();
   const unsigned base_family = (eax >> 8) & 0xFu;
   const unsigned model = (eax >> 4) & 0xFu;
   return base_family == 6u || base_family == 15u ? model | (((eax >> 16) & 0xFu) << 4) : model;
