@@ -47,6 +47,9 @@
 // POSENC_DECODE_KEY_RUN_PREFETCH=bytes sets its decode_key_run_prefetch (the GQA key runs ask
 // for their key rows that far ahead in each run beside the value rows; 2048 on Zen 5, else 0;
 // counter `key_run_prefetch`).
+// POSENC_DECODE_VALUE_PASS_KEYS=0 or 1 sets its decode_value_pass_key_prefetch (the GQA key
+// runs' value passes ask for the next tile's key rows into L2; on by default on Zen 4; counter
+// `value_pass_keys`).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -445,6 +448,7 @@ void decode(benchmark::State& state) {
       tuning.decode_key_runs && d >= tuning.decode_key_runs_min_values.load() ? 1 : 0;
   state.counters["stream_prefetch"] = tuning.decode_stream_prefetch.load();
   state.counters["key_run_prefetch"] = tuning.decode_key_run_prefetch.load();
+  state.counters["value_pass_keys"] = tuning.decode_value_pass_key_prefetch ? 1 : 0;
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
@@ -510,6 +514,8 @@ int main(int argc, char** argv) {
     posenc::cpu::tuning().decode_stream_prefetch = std::atoi(ahead);
   if (const char* ahead = std::getenv("POSENC_DECODE_KEY_RUN_PREFETCH"))
     posenc::cpu::tuning().decode_key_run_prefetch = std::atoi(ahead);
+  if (const char* keys = std::getenv("POSENC_DECODE_VALUE_PASS_KEYS"))
+    posenc::cpu::tuning().decode_value_pass_key_prefetch = std::strcmp(keys, "0") != 0;
   const bool every = mode("full");
   if (mode("order"))
     for (long keys : {1280L, 16384L})

@@ -558,8 +558,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // decode_key_runs (cpu.hpp; on by default on Intel), AVX-512 takes a GQA group's dots in
   // four runs of keys a quarter of a tile apart and asks for the value rows beside them,
   // and with its decode_stream_prefetch (on by default on Zen 5 and Intel) one query's MHA
-  // asks for its head-major rows 2 KiB ahead, and with decode_key_run_prefetch (Zen 5) the
-  // runs' key rows 2 KiB ahead, whatever CPU runs the test: both settings, the same bits.
+  // asks for its head-major rows 2 KiB ahead, with decode_key_run_prefetch (Zen 5) the
+  // runs' key rows 2 KiB ahead, and with decode_value_pass_key_prefetch (Zen 4) the next
+  // tile's key rows during each value pass, whatever CPU runs the test: both settings, the
+  // same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
@@ -595,15 +597,17 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     std::atomic<int>& stream_prefetch = posenc::cpu::tuning().decode_stream_prefetch;
     std::atomic<int>& runs_min = posenc::cpu::tuning().decode_key_runs_min_values;
     std::atomic<int>& run_prefetch = posenc::cpu::tuning().decode_key_run_prefetch;
-    const bool was = key_runs;
+    std::atomic<bool>& value_pass_keys = posenc::cpu::tuning().decode_value_pass_key_prefetch;
+    const bool was = key_runs, value_pass_keys_was = value_pass_keys;
     const int prefetch_was = stream_prefetch, min_was = runs_min, run_prefetch_was = run_prefetch;
     runs_min = 0;  // every d takes the runs where they are on (Zen 5: from 128 values)
     for (const bool runs : {false, true}) {
-      INFO("decode_key_runs " << runs << ", decode_stream_prefetch and decode_key_run_prefetch "
-                              << (runs ? 2048 : 0));
+      INFO("decode_key_runs and decode_value_pass_key_prefetch "
+           << runs << ", decode_stream_prefetch and decode_key_run_prefetch " << (runs ? 2048 : 0));
       key_runs = runs;
       stream_prefetch = runs ? 2048 : 0;
       run_prefetch = runs ? 2048 : 0;
+      value_pass_keys = runs;
       check(p, posenc::no_position_policy{});
       check(p, posenc::alibi_policy(z.heads));
       if (z.dim == z.dim_v) check(p, posenc::rotary_policy(z.dim));
@@ -614,7 +618,39 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     stream_prefetch = prefetch_was;
     runs_min = min_was;
     run_prefetch = run_prefetch_was;
+    value_pass_keys = value_pass_keys_was;
   }
+}
+
+TEST_CASE("run_order_key gives the keys of a tile in the order decode's dot runs read them",
+          "[flash][decode]") {
+  // The order a GQA value pass asks for the next tile's key rows in: the dot pass takes
+  // blocks of dot_keys keys, block b keys [r · span + b · run, r · span + (b + 1) · run) of
+  // each run r (run = dot_keys / runs, span = nk / dot_keys · run), then the rest of the
+  // tile in order. Built here the way accumulate_heads issues its calls: every key of the
+  // tile once, in that order, for whole and partial tiles (a unit's last one).
+  using posenc::kernels::flash::run_order_key;
+  for (const Index dot_keys : {8, 16})
+    for (const Index runs : {1, 2, 4})
+      for (const Index nk : {1, 7, 16, 17, 63, 64, 100, 128, 255, 256}) {
+        INFO("dot_keys " << dot_keys << ", runs " << runs << ", nk " << nk);
+        const Index run = dot_keys / runs, span = nk / dot_keys * run;
+        std::vector<Index> order;
+        for (Index c0 = 0; c0 < span; c0 += run)  // the calls of dot_block_runs
+          for (Index r = 0; r < runs; ++r)
+            for (Index c = 0; c < run; ++c) order.push_back(r * span + c0 + c);
+        for (Index c = runs * span; c < nk; ++c) order.push_back(c);  // dot_block's blocks
+        REQUIRE(order.size() == static_cast<std::size_t>(nk));
+        std::vector<bool> seen(static_cast<std::size_t>(nk), false);
+        for (Index y = 0; y < nk; ++y) {
+          const Index key = run_order_key(y, nk, dot_keys, runs);
+          REQUIRE(key >= 0);
+          REQUIRE(key < nk);
+          CHECK(key == order[static_cast<std::size_t>(y)]);
+          CHECK_FALSE(seen[static_cast<std::size_t>(key)]);
+          seen[static_cast<std::size_t>(key)] = true;
+        }
+      }
 }
 
 TEST_CASE("paced_rows asks for every line of a block's value rows once, key by key, in step",

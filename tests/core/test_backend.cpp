@@ -113,6 +113,8 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
     // its other tunings stay off: both measured slower there
     CHECK(settings(posenc::cpu::maker::amd, 25, zen4).decode_stream_prefetch == 0);
     CHECK(settings(posenc::cpu::maker::amd, 25, zen4).decode_key_run_prefetch == 0);
+    // and its value passes ask for the next tile's key rows
+    CHECK(settings(posenc::cpu::maker::amd, 25, zen4).decode_value_pass_key_prefetch);
     CHECK_FALSE(settings::zen4(posenc::cpu::maker::intel, 25, zen4));
     CHECK_FALSE(settings::zen4(posenc::cpu::maker::amd, 26, zen4));
   }
@@ -120,6 +122,7 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
     INFO("not a Zen 4: model " << zen3);
     CHECK_FALSE(settings::zen4(posenc::cpu::maker::amd, 25, zen3));
     CHECK_FALSE(settings(posenc::cpu::maker::amd, 25, zen3).decode_key_runs);
+    CHECK_FALSE(settings(posenc::cpu::maker::amd, 25, zen3).decode_value_pass_key_prefetch);
   }
   CHECK(settings(posenc::cpu::maker::intel, 6).decode_key_runs_min_values == 0);
   const unsigned family = posenc::cpu::family_of_this_cpu();
@@ -147,4 +150,11 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
   CHECK(posenc::cpu::settings(posenc::cpu::maker::unknown, 26).decode_key_run_prefetch == 0);
   CHECK(posenc::cpu::tuning().decode_key_run_prefetch ==
         posenc::cpu::settings(m, family).decode_key_run_prefetch);
+  // the next tile's key rows during the GQA value passes: Zen 4 only (not measured elsewhere)
+  CHECK_FALSE(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_value_pass_key_prefetch);
+  CHECK_FALSE(
+      posenc::cpu::settings(posenc::cpu::maker::intel, 6, 207).decode_value_pass_key_prefetch);
+  CHECK_FALSE(
+      posenc::cpu::settings(posenc::cpu::maker::unknown, 25, 0x11).decode_value_pass_key_prefetch);
+  CHECK(posenc::cpu::tuning().decode_value_pass_key_prefetch == settings::zen4(m, family, model));
 }

@@ -111,6 +111,7 @@ struct kv_row_source {
     const cpu::settings& t = cpu::tuning();
     stream_prefetch = t.decode_stream_prefetch.load(std::memory_order_relaxed);
     run_prefetch = t.decode_key_run_prefetch.load(std::memory_order_relaxed);
+    value_pass_keys = t.decode_value_pass_key_prefetch.load(std::memory_order_relaxed);
     tuned_key_runs = t.decode_key_runs.load(std::memory_order_relaxed) &&
                      n >= t.decode_key_runs_min_values.load(std::memory_order_relaxed);
   }
@@ -254,6 +255,18 @@ struct kv_row_source {
   bool values_with_key_runs() const noexcept {
     if constexpr (run_kernels) return four_rows_ok && tuned_key_runs;
     return false;
+  }
+  /// Whether accumulate_heads, taking a tile's dots in runs with the value rows asked for
+  /// beside them (values_with_key_runs, rows of both sources), asks for the next tile's
+  /// key rows (rows of this source) into L2 during the tile's value pass, for m output rows
+  /// sharing each value row, so that memory keeps reading while the values are added from
+  /// the caches (cpu::settings::decode_value_pass_key_prefetch: Zen 4). Where the value
+  /// pass is short beside the reads: up to 4 rows (one query's GQA group of four) of 128
+  /// values or more. On Zen 4 (processes alternated, docs/benchmarks.md) float rows of 128
+  /// ran 1.03-1.16x there, half and bfloat16 1.02-1.08x; 4 and 8 queries 0.90-1.02x and
+  /// rows of 64 values 0.96-0.98x, which keep the value pass as it was.
+  bool next_keys_in_value_pass(int m) const noexcept {
+    return values_with_key_runs() && value_pass_keys && m <= 4 && n >= 128;
   }
   /// q · row j of head h (q: cols values): one query row per key row (MHA, one query).
   Real dot(Index h, Index j, const Real* q) noexcept {
@@ -442,6 +455,11 @@ struct kv_row_source {
   void prefetch(Index h, Index j) const noexcept {
     if (const char* p = stored_row_at(h, j)) prefetch_row(p, 64 * row_lines);
   }
+  /// Asks for row j of head h into the outer caches only (a row read a pass later).
+  void prefetch_later(Index h, Index j) const noexcept {
+    if (const char* p = stored_row_at(h, j))
+      prefetch_row<cache_hint::read_later>(p, 64 * row_lines);
+  }
 
  private:
   // an alias: nvcc's host pass rewrites a direct member-pointer declaration with
@@ -451,11 +469,12 @@ struct kv_row_source {
   block_member block;
   Index n;
   bool widen_in_registers = false;
-  bool four_rows_ok = false;  // many_rows from 4 rows: rows back to back (head-major)
-  Index row_bytes = 0;        // stored row stride in bytes (0: rows converted into buf)
-  Index row_lines = 0;        // cache lines of a stored row
-  Index stream_prefetch = 0;  // dot_axpy's distance over rows back to back (cpu::tuning)
-  Index run_prefetch = 0;     // bytes ahead in each key run (cpu::tuning; run_prefetch_rows)
+  bool four_rows_ok = false;     // many_rows from 4 rows: rows back to back (head-major)
+  Index row_bytes = 0;           // stored row stride in bytes (0: rows converted into buf)
+  Index row_lines = 0;           // cache lines of a stored row
+  Index stream_prefetch = 0;     // dot_axpy's distance over rows back to back (cpu::tuning)
+  Index run_prefetch = 0;        // bytes ahead in each key run (cpu::tuning; run_prefetch_rows)
+  bool value_pass_keys = false;  // next_keys_in_value_pass where the runs are (cpu::tuning)
   // decode_key_runs for rows this long (cpu::settings: decode_key_runs_min_values)
   bool tuned_key_runs = false;
   std::vector<Real> buf;  // one converted row

@@ -136,6 +136,20 @@ struct settings {
   /// 2 KiB ran 0.87-1.17x (medians of 4 rounds, 10 of 16 rows slower): 2048 on AMD's
   /// family 26 (Zen 5), 0 elsewhere.
   std::atomic<int> decode_key_run_prefetch{0};
+  /// Decode's GQA key runs with their value rows asked for beside the dots
+  /// (decode_key_runs, head-major K/V): whether each tile's value pass asks for the next
+  /// tile's key rows too, into L2 (backend/scalar/flash.hpp, accumulate_heads), a share at
+  /// each step of the value kernel, in the order the next dot pass reads them. The value
+  /// pass reads rows its tile's dot pass brought in, so without it the memory bus idled
+  /// through a fifth of the time (Zen 4, one query's GQA group of four: dots 59 % of the
+  /// samples, value rows 14 %). On Zen 4 one query's float rows of 128 ran 1.03-1.16x at
+  /// one and two threads over 4k to 64k keys (two sets of 6 rounds, 53 of 72 rounds
+  /// faster), half and bfloat16 1.02-1.08x; where the value pass is longer (4 and 8
+  /// queries) or the rows shorter (64 values) 0.90-1.02x, and those keep the value pass as
+  /// it was (kv_row_source::next_keys_in_value_pass; processes alternated,
+  /// docs/benchmarks.md). Asked for into L1 instead, as on the Intel Xeon before, it lost
+  /// (0.75-0.87x). True on AMD's Zen 4 (family 25, its models); not measured elsewhere.
+  std::atomic<bool> decode_value_pass_key_prefetch{false};
 
   settings() noexcept = default;
   /// The choices for a CPU of this maker, family and model (family_of_this_cpu,
@@ -144,7 +158,8 @@ struct settings {
       : decode_key_runs(m == maker::intel || zen4(m, family, model) || zen5(m, family)),
         decode_key_runs_min_values(zen5(m, family) ? 128 : 0),
         decode_stream_prefetch(intel_or_zen5(m, family) ? 2048 : 0),
-        decode_key_run_prefetch(zen5(m, family) ? 2048 : 0) {}
+        decode_key_run_prefetch(zen5(m, family) ? 2048 : 0),
+        decode_value_pass_key_prefetch(zen4(m, family, model)) {}
 
   /// Whether a CPU of AMD's family 25 is a Zen 4 (its models 0x10-0x1F and 0x60-0xAF;
   /// the rest of the family, 0x00-0x0F and 0x20-0x5F, is Zen 3).

@@ -431,6 +431,19 @@ class paced_rows {
   }
 };
 
+/// The key that accumulate_heads' dot pass over a tile of nk keys reads y-th (y < nk), where
+/// it takes the dots in `runs` runs of dot_keys / runs keys (KRows::dot_runs): the first
+/// runs · span keys (span = nk / dot_keys · dot_keys / runs) as blocks of dot_keys, block b
+/// keys [r · span + b · run, r · span + (b + 1) · run) of each run r in turn (run =
+/// dot_keys / runs), then the rest in order. The order in which a value pass asks for the
+/// next tile's key rows (KRows::next_keys_in_value_pass).
+constexpr Index run_order_key(Index y, Index nk, Index dot_keys, Index runs) noexcept {
+  const Index run = dot_keys / runs, span = nk / dot_keys * run;
+  if (y >= runs * span) return y;
+  const Index within = y % dot_keys;
+  return within / run * span + y / dot_keys * run + within % run;
+}
+
 /// Decode (a few query rows, r0 = 0): keys [kbeg, kend) for `count` heads at once, each
 /// head's rows loaded in ws[h] by begin_block; ks.dot_block(h, j, n, q, m, s) takes the
 /// dots of m query rows with key rows j .. j + n of head h (ks.dot(h, j, q): one query row
@@ -449,7 +462,8 @@ class paced_rows {
 /// few rows before each of the kernel's passes: VRows::spread_value_prefetch; on Intel,
 /// taking the dots in runs (AVX-512 four, AVX2 two), each key's value row a share at a
 /// time beside its key row: VRows::values_with_key_runs; on Zen 5 each run's key rows
-/// too, 2 KiB on in the run: KRows::run_prefetch_rows), 8 keys on over a token-major
+/// too, 2 KiB on in the run: KRows::run_prefetch_rows; on Zen 4 the next tile's key rows
+/// into L2 during each value pass: KRows::next_keys_in_value_pass), 8 keys on over a token-major
 /// cache of 16-bit rows, and
 /// not over token-major float rows (0.70-0.99x, every hint landing in L1: KRows::
 /// block_prefetch_keys). GCC had deleted every one of these prefetches until
@@ -611,6 +625,9 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
                                   ks.stored_row_lines() == vs.stored_row_lines()
                               ? ks.run_prefetch_rows()
                               : 0;
+  // and during each tile's value pass the next tile's key rows into L2, in the order its
+  // dot pass reads them (KRows::next_keys_in_value_pass)
+  const bool next_keys = values_with_keys && ks.next_keys_in_value_pass(value_rows);
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -696,12 +713,23 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
     // blocks of vb keys: the probabilities of a block are p[i] + c0
     const Real** probs = hr.block_p.data();
+    // the next tile (none past kend), whose key rows next_keys asks for: the share of its
+    // nk1 keys in dot-pass order that matches this block's share of the tile's values
+    const Index j1 = j0 + nk, nk1 = next_keys ? std::min(bk, std::max<Index>(kend - j1, 0)) : 0;
     for (Index c0 = 0; c0 < nk; c0 += vb) {
       const int kb = static_cast<int>(std::min(vb, nk - c0));
+      const Index y0 = c0 * nk1 / nk, y1 = (c0 + kb) * nk1 / nk;
       for (Index h0 = 0; h0 < count; h0 += value_group) {
-        // the block's prefetches: spread over the kernel's passes, a few rows before each
-        // (VRows::spread_value_prefetch), or all before it
+        // the block's prefetches: the next tile's key rows a part before each of the
+        // kernel's passes (next_keys); or its value rows spread over the passes, a few
+        // rows before each (VRows::spread_value_prefetch), or all before it
         const auto ask = [&](int step, int steps) noexcept {
+          if (nk1 > 0) {
+            for (Index y = y0 + step * (y1 - y0) / steps; y < y0 + (step + 1) * (y1 - y0) / steps;
+                 ++y)
+              ks.prefetch_later(h0, j1 + run_order_key(y, nk1, dot_keys, runs));
+            return;
+          }
           if (!block_prefetch || values_with_keys) return;
           if (spread_value_prefetch) {
             for (Index c = c0 + step * kb / steps; c < c0 + (step + 1) * kb / steps; ++c)
