@@ -741,7 +741,11 @@ inline void dot_block4_two_runs_avx2(const float* const* a, const T* b, Index ld
 /// about half the speed (Zen 5, 6.0-7.8 against 11-14 ns a key), but over rows coming
 /// from memory the untied form read as fast or faster (one query's GQA at 64k keys:
 /// 0.84-0.95x tied), so the caller ties where the rows are in the caches
-/// (dot_block_runs; docs/benchmarks.md).
+/// (dot_block_runs; docs/benchmarks.md). The tie takes copies passed by value: tied in
+/// place, as elements of the step's arrays, the packets kept a home in memory, and GCC
+/// stored all 8 of them to the stack at every step, which on Zen 4 (whose store path is
+/// 256 bits wide) held the tied kernel to about a third of the FMA peak (a profile); by
+/// value a GQA group's 4 and 8 queries ran 1.23-1.49x there (docs/benchmarks.md).
 template <bool Tie, class T, class Step>
 inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index ldb,
                                         Index run_rows, Index n, float* const* out,
@@ -758,21 +762,40 @@ inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index
     for (int r = 0; r < 4; ++r) k[r] = b + (r * run_rows + t) * ldb;
     P acc[16];
     unrolled<16>([&](auto l) { acc[l] = P::zero(); });
+    // forced inline all the way down: where GCC kept the inner lambdas calls, the
+    // accumulators went through memory on every step
     const auto add = [&](const P(&x)[4], const P(&y)[4]) POSENC_LAMBDA_INLINE {
-      unrolled<4>([&](auto i) {
-        unrolled<4>([&](auto r) { acc[i * 4 + r] = fmadd(x[i], y[r], acc[i * 4 + r]); });
+      unrolled<4>([&](auto i) POSENC_LAMBDA_INLINE {
+        unrolled<4>([&](auto r) POSENC_LAMBDA_INLINE {
+          acc[i * 4 + r] = fmadd(x[i], y[r], acc[i * 4 + r]);
+        });
       });
+    };
+    // the tie on copies passed by value: on the arrays' elements it kept them in memory,
+    // and GCC stored the 8 packets of every step to the stack
+    const auto tied = [&](P x0, P x1, P x2, P x3, P y0, P y1, P y2, P y3) POSENC_LAMBDA_INLINE {
+      in_register(x0.v);
+      in_register(x1.v);
+      in_register(x2.v);
+      in_register(x3.v);
+      in_register(y0.v);
+      in_register(y1.v);
+      in_register(y2.v);
+      in_register(y3.v);
+      const P x[4] = {x0, x1, x2, x3}, y[4] = {y0, y1, y2, y3};
+      add(x, y);
     };
     for (Index i = 0; i < whole; i += W) {
       step(t * per_tile + static_cast<int>(i / W), steps);
-      P x[4], y[4];
-      unrolled<4>([&](auto q) { x[q] = P::load(a[q] + i); });
-      unrolled<4>([&](auto r) { y[r] = IO::load(k[r] + i); });
       if constexpr (Tie) {
-        unrolled<4>([&](auto q) { in_register(x[q].v); });
-        unrolled<4>([&](auto r) { in_register(y[r].v); });
+        tied(P::load(a[0] + i), P::load(a[1] + i), P::load(a[2] + i), P::load(a[3] + i),
+             IO::load(k[0] + i), IO::load(k[1] + i), IO::load(k[2] + i), IO::load(k[3] + i));
+      } else {
+        P x[4], y[4];
+        unrolled<4>([&](auto q) { x[q] = P::load(a[q] + i); });
+        unrolled<4>([&](auto r) { y[r] = IO::load(k[r] + i); });
+        add(x, y);
       }
-      add(x, y);
     }
     if (rest > 0) {
       step(t * per_tile + per_tile - 1, steps);
