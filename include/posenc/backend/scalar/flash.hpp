@@ -715,7 +715,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
     const Real** probs = hr.block_p.data();
     // the next tile (none past kend), whose key rows next_keys asks for: the share of its
     // nk1 keys in dot-pass order that matches this block's share of the tile's values
-    const Index j1 = j0 + nk, nk1 = next_keys ? std::min(bk, std::max<Index>(kend - j1, 0)) : 0;
+    const Index j1 = j0 + nk, nk1 = next_keys ? std::min(bk, kend - j1) : 0;
     for (Index c0 = 0; c0 < nk; c0 += vb) {
       const int kb = static_cast<int>(std::min(vb, nk - c0));
       const Index y0 = c0 * nk1 / nk, y1 = (c0 + kb) * nk1 / nk;

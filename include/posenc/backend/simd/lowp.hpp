@@ -619,7 +619,17 @@ POSENC_INLINE void in_register(__m256& v) noexcept {
   static_cast<void>(v);
 #endif
 }
+#endif  // POSENC_ARCH_AVX2
 
+#if POSENC_ARCH_AVX2 || POSENC_ARCH_AVX512
+/// in_register for each of a kernel step's packets (values it holds by copy).
+template <class... V>
+POSENC_INLINE void in_registers(V&... v) noexcept {
+  (in_register(v), ...);
+}
+#endif
+
+#if POSENC_ARCH_AVX2
 /// The dots of four query rows with 8 key rows key(0) .. key(7) on AVX2 (a GQA group of
 /// four, or four queries), as tiles of the 4 rows by 2 keys (key(2t), key(2t + 1)) of 8
 /// accumulators: each step loads the 4 query packets and the 2 key packets once for its 8
@@ -650,12 +660,7 @@ POSENC_INLINE void dot_tiles4_avx2(const float* const* a, Key&& key, int tiles, 
     const T* k1 = key(2 * t + 1);
     P s00 = P::zero(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
     const auto step = [&](P x0, P x1, P x2, P x3, P y0, P y1) POSENC_LAMBDA_INLINE {
-      in_register(x0.v);
-      in_register(x1.v);
-      in_register(x2.v);
-      in_register(x3.v);
-      in_register(y0.v);
-      in_register(y1.v);
+      in_registers(x0.v, x1.v, x2.v, x3.v, y0.v, y1.v);
       s00 = fmadd(x0, y0, s00);
       s10 = fmadd(x1, y0, s10);
       s20 = fmadd(x2, y0, s20);
@@ -774,14 +779,7 @@ inline void dot_block4_four_runs_avx512(const float* const* a, const T* b, Index
     // the tie on copies passed by value: on the arrays' elements it kept them in memory,
     // and GCC stored the 8 packets of every step to the stack
     const auto tied = [&](P x0, P x1, P x2, P x3, P y0, P y1, P y2, P y3) POSENC_LAMBDA_INLINE {
-      in_register(x0.v);
-      in_register(x1.v);
-      in_register(x2.v);
-      in_register(x3.v);
-      in_register(y0.v);
-      in_register(y1.v);
-      in_register(y2.v);
-      in_register(y3.v);
+      in_registers(x0.v, x1.v, x2.v, x3.v, y0.v, y1.v, y2.v, y3.v);
       const P x[4] = {x0, x1, x2, x3}, y[4] = {y0, y1, y2, y3};
       add(x, y);
     };
