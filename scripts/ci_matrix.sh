@@ -8,10 +8,15 @@
 #                                      runs every test with g++, and asan every test with
 #                                      AVX2 under clang++; building them a third time here
 #                                      took v3 from 206 s to 448 s (2 cores, Nov 2026)
-#   v4     g++      -march=x86-64-v4   AVX-512 backend (also the examples: the self-checking
-#                                      ones, e.g. the N = 32768 flash run, on its kernels);
-#                                      where the CPU cannot run it, only the programs of the
-#                                      tests that run SIMD kernels are built, not run
+#   v4     g++      -march=x86-64-v4   AVX-512 backend: the tests whose programs run posenc's
+#                                      kernels ($kernel_tests: the SIMD ones, the flash
+#                                      kernel's users, backend selection) and the
+#                                      self-checking examples (e.g. the N = 32768 flash run);
+#                                      the rest is portable code the README build and asan
+#                                      run (the reference attention, relative schemes, file
+#                                      readers, CLI: 460 s of this build's 1200 s of CPU,
+#                                      Zen 4, Dec 2026). Where the CPU cannot run it, only the
+#                                      programs of the tests that run SIMD kernels are built
 #   bf16   g++      -march=x86-64-v4 -mavx512bf16   the bfloat16 narrowing by vcvtneps2bf16
 #                                      (POSENC_NATIVE_BF16): only the tests of the 16-bit
 #                                      conversions, and only on a host with avx512_bf16
@@ -90,6 +95,10 @@ only=''  # a configuration may run only the tests matching this (ctest -R)
 skip_more=''  # and leave out those matching this too (ctest -E, beside $skip)
 # the tests whose programs run SIMD kernels (v3, asan4; v4 where it cannot run)
 simd_tests='^(test_sinusoidal|test_rotary|test_rotary_lowp|test_rope_scaling_apply|test_flash|test_flash_decode|test_flash_kernels|test_backend_simd|include_order)$'
+# and those plus the other programs whose calls reach posenc's kernels (the flash kernel's
+# users, backend selection, the prefetches kept in release code) and the self-checking
+# examples (v4, on a CPU that runs it)
+kernel_tests="${simd_tests%)\$}|test_core|test_backend_override|test_kv_cache|test_rotary_policy|test_merge|test_threads|test_hardening|flash_xl_rejected|flash_prefetch_kept|rope_prefetch_kept|example_[0-9][0-9]_.*|mpi_ring_attention_.*)\$"
 build_only=''  # a configuration may be built without running its tests (the reason)
 avx512_host=1
 for f in avx512f avx512bw avx512dq avx512vl; do grep -qw "$f" /proc/cpuinfo || avx512_host=0; done
@@ -160,7 +169,7 @@ for c in "${configs[@]}"; do
           -DCMAKE_CXX_FLAGS_CI="-O2 -march=x86-64-v3" -DPOSENC_TEST_EXPECTED_BACKEND=avx2 ;;
     # where it cannot run, only the programs that instantiate the AVX-512 kernels are built
     # (the asan4 list plus the include-order pair): the rest compile no AVX-512 code
-    v4) if ((avx512_host)); then v4_only=''; else v4_only="$simd_tests"; fi
+    v4) if ((avx512_host)); then v4_only="$kernel_tests"; else v4_only="$simd_tests"; fi
         # built only: -O0 compiles (and type-checks every AVX-512 intrinsic) in a third of the time
         if ((avx512_host)); then v4_opt=-O2; else v4_opt=-O0; fi
         only="$v4_only" build_only="$( ((avx512_host)) || echo "$no_avx512")" run_config v4 \
