@@ -50,6 +50,9 @@
 // POSENC_DECODE_VALUE_PASS_KEYS=0 or 1 sets its decode_value_pass_key_prefetch (the GQA key
 // runs' value passes ask for the next tile's key rows into L2; on by default on Zen 4; counter
 // `value_pass_keys`).
+// POSENC_DECODE_ONE_QUERY_HEADS=n sets its decode_one_query_heads (one query's MHA over
+// head-major K/V reads n heads at a time, key by key across them; 1 on Zen 4, else 2; counter
+// `one_query_heads`).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -449,6 +452,7 @@ void decode(benchmark::State& state) {
   state.counters["stream_prefetch"] = tuning.decode_stream_prefetch.load();
   state.counters["key_run_prefetch"] = tuning.decode_key_run_prefetch.load();
   state.counters["value_pass_keys"] = tuning.decode_value_pass_key_prefetch ? 1 : 0;
+  state.counters["one_query_heads"] = tuning.decode_one_query_heads.load();
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
@@ -516,6 +520,8 @@ int main(int argc, char** argv) {
     posenc::cpu::tuning().decode_key_run_prefetch = std::atoi(ahead);
   if (const char* keys = std::getenv("POSENC_DECODE_VALUE_PASS_KEYS"))
     posenc::cpu::tuning().decode_value_pass_key_prefetch = std::strcmp(keys, "0") != 0;
+  if (const char* heads = std::getenv("POSENC_DECODE_ONE_QUERY_HEADS"))
+    posenc::cpu::tuning().decode_one_query_heads = std::atoi(heads);
   const bool every = mode("full");
   if (mode("order"))
     for (long keys : {1280L, 16384L})

@@ -559,9 +559,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // four runs of keys a quarter of a tile apart and asks for the value rows beside them,
   // and with its decode_stream_prefetch (on by default on Zen 5 and Intel) one query's MHA
   // asks for its head-major rows 2 KiB ahead, with decode_key_run_prefetch (Zen 5) the
-  // runs' key rows 2 KiB ahead, and with decode_value_pass_key_prefetch (Zen 4) the next
-  // tile's key rows during each value pass, whatever CPU runs the test: both settings, the
-  // same bits.
+  // runs' key rows 2 KiB ahead, with decode_value_pass_key_prefetch (Zen 4) the next
+  // tile's key rows during each value pass, and with decode_one_query_heads (1 on Zen 4,
+  // else 2) one query's MHA reads that many heads at a time (here 1, and 3, which leaves 2
+  // at the end of 8), whatever CPU runs the test: both settings, the same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
@@ -598,16 +599,20 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     std::atomic<int>& runs_min = posenc::cpu::tuning().decode_key_runs_min_values;
     std::atomic<int>& run_prefetch = posenc::cpu::tuning().decode_key_run_prefetch;
     std::atomic<bool>& value_pass_keys = posenc::cpu::tuning().decode_value_pass_key_prefetch;
+    std::atomic<int>& one_query_heads = posenc::cpu::tuning().decode_one_query_heads;
     const bool was = key_runs, value_pass_keys_was = value_pass_keys;
     const int prefetch_was = stream_prefetch, min_was = runs_min, run_prefetch_was = run_prefetch;
+    const int heads_was = one_query_heads;
     runs_min = 0;  // every d takes the runs where they are on (Zen 5: from 128 values)
     for (const bool runs : {false, true}) {
       INFO("decode_key_runs and decode_value_pass_key_prefetch "
-           << runs << ", decode_stream_prefetch and decode_key_run_prefetch " << (runs ? 2048 : 0));
+           << runs << ", decode_stream_prefetch and decode_key_run_prefetch " << (runs ? 2048 : 0)
+           << ", decode_one_query_heads " << (runs ? 1 : 3));
       key_runs = runs;
       stream_prefetch = runs ? 2048 : 0;
       run_prefetch = runs ? 2048 : 0;
       value_pass_keys = runs;
+      one_query_heads = runs ? 1 : 3;
       check(p, posenc::no_position_policy{});
       check(p, posenc::alibi_policy(z.heads));
       if (z.dim == z.dim_v) check(p, posenc::rotary_policy(z.dim));
@@ -619,6 +624,7 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     runs_min = min_was;
     run_prefetch = run_prefetch_was;
     value_pass_keys = value_pass_keys_was;
+    one_query_heads = heads_was;
   }
 }
 

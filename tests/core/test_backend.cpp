@@ -115,6 +115,8 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
     CHECK(settings(posenc::cpu::maker::amd, 25, zen4).decode_key_run_prefetch == 0);
     // and its value passes ask for the next tile's key rows
     CHECK(settings(posenc::cpu::maker::amd, 25, zen4).decode_value_pass_key_prefetch);
+    // and one query's MHA reads one head at a time
+    CHECK(settings(posenc::cpu::maker::amd, 25, zen4).decode_one_query_heads == 1);
     CHECK_FALSE(settings::zen4(posenc::cpu::maker::intel, 25, zen4));
     CHECK_FALSE(settings::zen4(posenc::cpu::maker::amd, 26, zen4));
   }
@@ -123,6 +125,7 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
     CHECK_FALSE(settings::zen4(posenc::cpu::maker::amd, 25, zen3));
     CHECK_FALSE(settings(posenc::cpu::maker::amd, 25, zen3).decode_key_runs);
     CHECK_FALSE(settings(posenc::cpu::maker::amd, 25, zen3).decode_value_pass_key_prefetch);
+    CHECK(settings(posenc::cpu::maker::amd, 25, zen3).decode_one_query_heads == 2);
   }
   CHECK(settings(posenc::cpu::maker::intel, 6).decode_key_runs_min_values == 0);
   const unsigned family = posenc::cpu::family_of_this_cpu();
@@ -157,4 +160,10 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
   CHECK_FALSE(
       posenc::cpu::settings(posenc::cpu::maker::unknown, 25, 0x11).decode_value_pass_key_prefetch);
   CHECK(posenc::cpu::tuning().decode_value_pass_key_prefetch == settings::zen4(m, family, model));
+  // one query's MHA over head-major K/V: two heads at a time, one on Zen 4
+  CHECK(posenc::cpu::settings().decode_one_query_heads == 2);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_one_query_heads == 2);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::intel, 6, 207).decode_one_query_heads == 2);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::unknown, 25, 0x11).decode_one_query_heads == 2);
+  CHECK(posenc::cpu::tuning().decode_one_query_heads == (settings::zen4(m, family, model) ? 1 : 2));
 }

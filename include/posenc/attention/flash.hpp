@@ -73,6 +73,7 @@
 #include "../backend/flash.hpp"
 #include "../core/attention_config.hpp"
 #include "../core/backend.hpp"
+#include "../core/cpu.hpp"
 #include "../core/error.hpp"
 #include "../core/policy.hpp"
 #include "../core/thread_pool.hpp"
@@ -483,7 +484,7 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
   };
   if (one_query) {
     // A unit is a run of chunks of one batch item, its segments (key_segment: a chunk of
-    // every head, or with p.heads_outer of two heads, two by two) read in one pipeline,
+    // every head, or with p.heads_outer of a few heads, span by span) read in one pipeline,
     // so that only the unit's first key tile and last value tile are read alone. One
     // thread takes every chunk in one run; several take a chunk a unit, which they share
     // out as they go (runs of about chunks / 4, two units per thread, ran 0.90-0.99x at
@@ -492,16 +493,18 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
     const Index run = team.threads <= 1 ? chunks : Index(1);
     const Index runs = (chunks + run - 1) / run;
     const Index units = s.batch * runs;
-    // Head-major, two heads at a time, key by key across both: the K and V rows of two
-    // heads are four ascending streams, which this kind of CPU reads faster than two
-    // (Zen 3: 1.05-1.23x from memory, where four heads' eight streams ran 0.84-0.94x and
-    // eight heads' 0.6-0.7x: docs/benchmarks.md, the roofline's streams likewise).
-    const Index span = p.heads_outer ? std::min(Index(2), s.heads) : s.heads;
+    // Head-major, a few heads at a time, key by key across them: the K and V rows of two
+    // heads are four ascending streams, which Zen 3 reads faster than two (1.05-1.23x from
+    // memory, where four heads' eight streams ran 0.84-0.94x and eight heads' 0.6-0.7x:
+    // docs/benchmarks.md, the roofline's streams likewise) and Zen 4 slower (one head
+    // 1.03-1.23x): the CPU tuning's decode_one_query_heads, read once per call.
+    const Index tuned_heads = cpu::tuning().decode_one_query_heads.load(std::memory_order_relaxed);
+    const Index span = p.heads_outer ? std::clamp(tuned_heads, Index(1), s.heads) : s.heads;
     parallel_for(units, team, [&](Index u, Index worker) {
       const Index b = u / runs, c0 = (u % runs) * run, c1 = std::min(chunks, c0 + run);
       const head_context<Policy, Real>* hb = &p.head(b * s.heads);
       workspace<Real>* wh = hws[static_cast<std::size_t>(worker)].data();
-      // segments in order: chunk by chunk over every head, or two heads at a time over the
+      // segments in order: chunk by chunk over every head, or span heads at a time over the
       // chunks; each segment begun takes the workspace set the pending one does not hold
       Index next_h = 0, next_c = c0, set = 0;
       const auto begin_next = [&](key_segment<Policy, Real>& seg) {

@@ -150,6 +150,15 @@ struct settings {
   /// docs/benchmarks.md). Asked for into L1 instead, as on the Intel Xeon before, it lost
   /// (0.75-0.87x). True on AMD's Zen 4 (family 25, its models); not measured elsewhere.
   std::atomic<bool> decode_value_pass_key_prefetch{false};
+  /// Decode's one-query MHA path over head-major K/V (attention/flash.hpp, decode;
+  /// backend/scalar/flash.hpp, accumulate_one_query): how many heads it reads at a time,
+  /// key by key across them, each head's key and value rows a stream of their own. Two
+  /// heads' four streams ran 1.05-1.23x one head's two on Zen 3 (four heads' eight
+  /// streams 0.84-0.94x); on Zen 4 one head ran 1.03-1.23x two (medians of 8 to 20
+  /// rounds at one and two threads over 4k to 64k keys, processes alternated,
+  /// docs/benchmarks.md). 1 on AMD's Zen 4 (family 25, its models), 2 elsewhere; values
+  /// under 1 read as 1.
+  std::atomic<int> decode_one_query_heads{2};
 
   settings() noexcept = default;
   /// The choices for a CPU of this maker, family and model (family_of_this_cpu,
@@ -159,7 +168,8 @@ struct settings {
         decode_key_runs_min_values(zen5(m, family) ? 128 : 0),
         decode_stream_prefetch(intel_or_zen5(m, family) ? 2048 : 0),
         decode_key_run_prefetch(zen5(m, family) ? 2048 : 0),
-        decode_value_pass_key_prefetch(zen4(m, family, model)) {}
+        decode_value_pass_key_prefetch(zen4(m, family, model)),
+        decode_one_query_heads(zen4(m, family, model) ? 1 : 2) {}
 
   /// Whether a CPU of AMD's family 25 is a Zen 4 (its models 0x10-0x1F and 0x60-0xAF;
   /// the rest of the family, 0x00-0x0F and 0x20-0x5F, is Zen 3).

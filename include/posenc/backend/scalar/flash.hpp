@@ -490,9 +490,10 @@ struct head_rows {
 
 /// A run of keys [kbeg, kend) of heads [h0, h0 + count) that decode's one-query MHA path
 /// (accumulate_one_query) reads as one softmax state per head: one chunk of every head
-/// of a token (token-major K/V), or of two heads (head-major; one head where the count is
-/// odd). hcs[i] and ws[i] are head h0 + i's context and workspace (loaded by begin_block);
-/// h0 indexes the row sources.
+/// of a token (token-major K/V), or of a few heads (head-major: two, one on Zen 4,
+/// cpu::settings::decode_one_query_heads; fewer where the heads run out). hcs[i] and
+/// ws[i] are head h0 + i's context and workspace (loaded by begin_block); h0 indexes the
+/// row sources.
 template <class Policy, class Real>
 struct key_segment {
   const head_context<Policy, Real>* hcs = nullptr;
@@ -535,7 +536,7 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
     const Index nk = more ? std::min(bk, cur.kend - j0) : 0;
     const Index both = std::min(nk, np);
     // keys [0, both): a key of each tile per head, its key and value rows read side by side
-    // (segments of two heads head-major: one of a single head where the count is odd)
+    // (head-major segments of a few heads: decode_one_query_heads, fewer at the end)
     const Index paired = std::min(cur.count, pend.count);
     for (Index c = 0; c < both; ++c) {
       for (Index i = 0; i < paired; ++i)
