@@ -497,7 +497,7 @@ std::vector<row_id> decode(const plan<Policy, Real, TK, TV>& p, const strided_vi
     // heads are four ascending streams, which Zen 3 reads faster than two (1.05-1.23x from
     // memory, where four heads' eight streams ran 0.84-0.94x and eight heads' 0.6-0.7x:
     // docs/benchmarks.md, the roofline's streams likewise) and Zen 4 slower (one head
-    // 1.03-1.23x): the CPU tuning's decode_one_query_heads, read once per call.
+    // 1.06-1.37x): the CPU tuning's decode_one_query_heads, read once per call.
     const Index tuned_heads = cpu::tuning().decode_one_query_heads.load(std::memory_order_relaxed);
     const Index span = p.heads_outer ? std::clamp(tuned_heads, Index(1), s.heads) : s.heads;
     parallel_for(units, team, [&](Index u, Index worker) {

@@ -154,10 +154,10 @@ struct settings {
   /// backend/scalar/flash.hpp, accumulate_one_query): how many heads it reads at a time,
   /// key by key across them, each head's key and value rows a stream of their own. Two
   /// heads' four streams ran 1.05-1.23x one head's two on Zen 3 (four heads' eight
-  /// streams 0.84-0.94x); on Zen 4 one head ran 1.03-1.23x two (medians of 8 to 20
-  /// rounds at one and two threads over 4k to 64k keys, processes alternated,
-  /// docs/benchmarks.md). 1 on AMD's Zen 4 (family 25, its models), 2 elsewhere; values
-  /// under 1 read as 1.
+  /// streams 0.84-0.94x); on Zen 4 one head ran 1.06-1.37x two (medians of 8 rounds at
+  /// one and two threads over 4k to 64k keys, processes alternated; 118 of 168 rounds
+  /// faster over four sets, docs/benchmarks-history.md). 1 on AMD's Zen 4 (family 25, its
+  /// models), 2 elsewhere; values under 1 read as 1.
   std::atomic<int> decode_one_query_heads{2};
 
   settings() noexcept = default;
