@@ -619,6 +619,13 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
       check(h, posenc::no_position_policy{});
       check(bf, posenc::no_position_policy{});
     }
+    // decode_one_query_heads out of range: under 1 reads as 1, over the head count as all
+    if (z.heads == z.kv_heads && z.len_q == 1)
+      for (const int heads : {0, -2, 100}) {
+        INFO("decode_one_query_heads " << heads);
+        one_query_heads = heads;
+        check(p, posenc::no_position_policy{});
+      }
     key_runs = was;
     stream_prefetch = prefetch_was;
     runs_min = min_was;
