@@ -552,7 +552,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // each key row beside a value row (dot_axpy: dot's and axpy's bits) and, head-major, a
   // chunk's first tile with the query row held in registers over a run of keys where its
   // packets fit (d 64 and 128 on AVX-512, 64 on AVX2; d 72 takes dot per key): dot's
-  // bits, key by key. Token-major value rows a multiple of 4 KiB apart (8 float heads of
+  // bits, key by key; one head at a time (decode_one_query_heads 1) a run of key rows
+  // beside a run of value rows, the query and output rows held in registers where they
+  // fit (dot_axpy_rows: d 64 and 128 on AVX-512, d 72 key by key): dot_axpy's bits, key by
+  // key. Token-major value rows a multiple of 4 KiB apart (8 float heads of
   // 128, 16 of 128; 16 half heads of 128) take blocks of 8 value rows on AVX2
   // (kv_row_source::value_block), head-major ones 16: the same bits. With the CPU tuning's
   // decode_key_runs (cpu.hpp; on by default on Intel), AVX-512 takes a GQA group's dots in

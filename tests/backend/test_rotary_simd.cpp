@@ -639,6 +639,45 @@ TEST_CASE("SIMD 16-bit storage loads and stores convert like Eigen, bit for bit"
 #endif
 }
 
+// simd::dot_axpy_rows (MHA decode one head at a time: a run of key rows beside a run of
+// value rows, rows ldk and ldv values apart, each run in a heap block of exactly the values
+// it spans): the bits of dot_axpy key by key, scores and output row alike, for 0-5 keys.
+template <class T, class B>
+void check_dot_axpy_rows(Index n) {
+  INFO("dot_axpy_rows, n = " << n);
+  const Index ldk = n + 3, ldv = n + 5;
+  for (int keys = 0; keys <= 5; ++keys) {
+    INFO("keys " << keys);
+    const auto span = [&](Index ld) {
+      return static_cast<std::size_t>(keys > 0 ? (keys - 1) * ld + n : 0);
+    };
+    const std::vector<float> kf = posenc_test::random_values<float>(span(ldk), 90 + keys),
+                             vf = posenc_test::random_values<float>(span(ldv), 91 + keys);
+    const std::vector<T> k(kf.begin(), kf.end()), v(vf.begin(), vf.end());
+    const std::vector<float> a = posenc_test::random_values<float>(static_cast<std::size_t>(n), 92),
+                             y0 =
+                                 posenc_test::random_values<float>(static_cast<std::size_t>(n), 93);
+    std::vector<float> alpha =
+        posenc_test::random_values<float>(static_cast<std::size_t>(keys), 94);
+    for (const Index ahead : {Index(0), Index(2048)}) {
+      std::vector<float> y = y0, y_want = y0, out(static_cast<std::size_t>(keys), 0.0f),
+                         out_want(static_cast<std::size_t>(keys), 0.0f);
+      posenc::simd::dot_axpy_rows<B>(a.data(), k.data(), ldk, alpha.data(), v.data(), ldv, keys, n,
+                                     y.data(), out.data(), ahead);
+      for (int c = 0; c < keys; ++c)
+        out_want[static_cast<std::size_t>(c)] = posenc::simd::dot_axpy<B>(
+            a.data(), k.data() + c * ldk, n, alpha[static_cast<std::size_t>(c)], v.data() + c * ldv,
+            y_want.data(), ahead);
+      bool same = true;
+      for (std::size_t c = 0; c < out.size(); ++c)
+        same = same && bits32(out[c]) == bits32(out_want[c]);
+      for (std::size_t i = 0; i < y.size(); ++i) same = same && bits32(y[i]) == bits32(y_want[i]);
+      CHECK(same);
+      if (keys == 0) CHECK(y == y0);
+    }
+  }
+}
+
 // simd::dot / dot_block (and dot_block_many, dot_block_runs) / axpy / dot_axpy
 // (decode's row kernels) on storage T: the float result of the widened values bit for
 // bit, a double computation within the float bound,
@@ -833,6 +872,7 @@ void check_widening_ops(const char* type) {
         same_y = same_y && bits32(y_fused[i]) == bits32(y_apart[i]);
       CHECK(same_y);
     }
+    check_dot_axpy_rows<T, B>(n);
 
     // axpy_rows and axpy_rows_many (a GQA group's rows against shared value rows): the
     // bits of the one-row calls, for every row count up to 13 (fours and the remainder)
@@ -911,6 +951,9 @@ void check_widening_ops(const char* type) {
       CHECK(many_same);
     }
   }
+  // dot_axpy_rows' registers hold 4 or 8 packets (d 64 and 128 on AVX-512), past the lengths above
+  check_dot_axpy_rows<T, B>(8 * W);
+  check_dot_axpy_rows<T, B>(16 * W);
 }
 
 TEST_CASE("SIMD widening dot and axpy: 16-bit rows give the float result of their values",

@@ -324,6 +324,31 @@ struct kv_row_source {
     values.axpy(hv, jv, a, o);
     return s;
   }
+  /// out[c] = dot_axpy(h, j + c, q, values, hv, jv + c, alpha[c], o) for c < keys, in
+  /// order (one head's run of key rows beside a run of value rows: MHA decode one head at
+  /// a time, cpu::settings::decode_one_query_heads): where both runs are read as packets
+  /// and are as wide, one simd::dot_axpy_rows call, which holds the query and output
+  /// packets in registers over the run; the bits of the calls one by one either way.
+  template <class Values>
+  void dot_axpy_rows(Index h, Index j, int keys, const Real* q, Values& values, Index hv, Index jv,
+                     const Real* alpha, Real* o, Real* out) noexcept {
+    if constexpr (packet_storage && Values::packet_storage) {
+      const value_type* k = packet_row(h, j);
+      const auto* v = values.packet_row(hv, jv);
+      if (keys > 0 && k && v && n == values.cols()) {
+        simd::dot_axpy_rows<Backend>(q, k, packet_row_stride(h), alpha, v,
+                                     values.packet_row_stride(hv), keys, n, o, out,
+                                     rows_back_to_back() ? stream_prefetch : prefetch_bytes);
+        return;
+      }
+    }
+    for (int c = 0; c < keys; ++c) out[c] = dot_axpy(h, j + c, q, values, hv, jv + c, alpha[c], o);
+  }
+  /// The distance in values between consecutive rows of head h that packet_row gives.
+  Index packet_row_stride(Index h) const noexcept {
+    const kv_block<Real>& b = hcs[h].*block;
+    return widen_in_registers ? source(b).stride(0) : b.ld;
+  }
   /// Row j of head h where the packet kernels read it as stored (in place, or widened in
   /// registers); null for rows converted into a buffer.
   const value_type* packet_row(Index h, Index j) const noexcept {

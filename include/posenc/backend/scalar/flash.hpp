@@ -538,15 +538,23 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
     // keys [0, both): a key of each tile per head, its key and value rows read side by side
     // (head-major segments of a few heads: decode_one_query_heads, fewer at the end)
     const Index paired = std::min(cur.count, pend.count);
-    for (Index c = 0; c < both; ++c) {
-      for (Index i = 0; i < paired; ++i)
-        cur.ws[i].s(0, c) =
-            ks.dot_axpy(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data(), vs, pend.h0 + i, jp + c,
-                        pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
-      for (Index i = paired; i < cur.count; ++i)
-        cur.ws[i].s(0, c) = ks.dot(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data());
-      for (Index i = paired; i < pend.count; ++i)
-        vs.axpy(pend.h0 + i, jp + c, pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
+    if (cur.count == 1 && pend.count == 1) {
+      // one head at a time: the run's query and output rows held in registers where the
+      // rows allow (KRows::dot_axpy_rows), the bits of the key-by-key loop below
+      ks.dot_axpy_rows(cur.h0, j0, static_cast<int>(both), cur.ws[0].q.row(0).data(), vs, pend.h0,
+                       jp, pend.ws[0].s.row(1).data(), pend.ws[0].o.row(0).data(),
+                       cur.ws[0].s.row(0).data());
+    } else {
+      for (Index c = 0; c < both; ++c) {
+        for (Index i = 0; i < paired; ++i)
+          cur.ws[i].s(0, c) =
+              ks.dot_axpy(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data(), vs, pend.h0 + i, jp + c,
+                          pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
+        for (Index i = paired; i < cur.count; ++i)
+          cur.ws[i].s(0, c) = ks.dot(cur.h0 + i, j0 + c, cur.ws[i].q.row(0).data());
+        for (Index i = paired; i < pend.count; ++i)
+          vs.axpy(pend.h0 + i, jp + c, pend.ws[i].s(1, c), pend.ws[i].o.row(0).data());
+      }
     }
     // the first tile's dots, or the last tile's values, alone
     if (cur.count == 1) {  // one head: the query row in registers over runs of its key rows

@@ -25,6 +25,8 @@
 ///     dot_axpy(a, k, n, alpha, v, y[, ahead])   dot(a, k, n), then axpy(alpha, v, n, y),
 ///                                     the two rows loaded side by side (and asked for
 ///                                     `ahead` bytes on); the two calls' bits
+///     dot_axpy_rows(a, k, ldk, alpha, v, ldv, keys, n, y, out[, ahead])   dot_axpy over
+///                                     runs of key and value rows, a and y in registers
 ///
 /// Defined for 16-bit types:
 ///
@@ -1056,6 +1058,85 @@ inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const T
     fmadd(al, IV::load_partial(v + i, r), P::load_partial(y + i, r)).store_partial(y + i, r);
   }
   return reduce_add((a0 + a1) + (a2 + a3));
+}
+
+namespace detail {
+
+/// dot_axpy_rows with a's and y's 4 * G packets (n = 4 * G * W) held in registers over the
+/// keys: per key the packets of the key and value rows only, and y stored once.
+template <class Arch, class TK, class TV, int G>
+inline void dot_axpy_rows_held(const float* a, const TK* k, Index ldk, const float* alpha,
+                               const TV* v, Index ldv, int keys, float* y, float* out,
+                               Index ahead) noexcept {
+  using IK = storage_io<TK, Arch>;
+  using IV = storage_io<TV, Arch>;
+  using P = packet<float, Arch>;
+  constexpr int W = P::size;
+  constexpr std::size_t held = 4 * G;  // array bounds are unsigned
+  P x[held], o[held];
+  unrolled<4 * G>([&](auto i) {
+    x[i] = P::load(a + i * W);
+    o[i] = P::load(y + i * W);
+  });
+  // dot_axpy's prefetches: one per cache line of each 4 W values of both rows
+  const auto ask_ahead = [&](const auto* r, Index i) {
+    if (ahead > 0) {
+      constexpr int step = static_cast<int>(4 * W * sizeof(*r));
+      const char* b = reinterpret_cast<const char*>(r + i) + ahead;
+      for (int off = 0; off < step; off += 64) POSENC_PREFETCH(b + off);
+    }
+  };
+  for (int c = 0; c < keys; ++c) {
+    const TK* kr = k + c * ldk;
+    const TV* vr = v + c * ldv;
+    const P al = P::broadcast(alpha[c]);
+    P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
+    unrolled<G>([&](auto g) {  // dot_axpy's four accumulators and one FMA per y value
+      constexpr int i = 4 * g;
+      ask_ahead(kr, i * W);
+      ask_ahead(vr, i * W);
+      a0 = fmadd(x[i], IK::load(kr + i * W), a0);
+      o[i] = fmadd(al, IV::load(vr + i * W), o[i]);
+      a1 = fmadd(x[i + 1], IK::load(kr + (i + 1) * W), a1);
+      o[i + 1] = fmadd(al, IV::load(vr + (i + 1) * W), o[i + 1]);
+      a2 = fmadd(x[i + 2], IK::load(kr + (i + 2) * W), a2);
+      o[i + 2] = fmadd(al, IV::load(vr + (i + 2) * W), o[i + 2]);
+      a3 = fmadd(x[i + 3], IK::load(kr + (i + 3) * W), a3);
+      o[i + 3] = fmadd(al, IV::load(vr + (i + 3) * W), o[i + 3]);
+    });
+    out[c] = reduce_add((a0 + a1) + (a2 + a3));
+  }
+  unrolled<4 * G>([&](auto i) { o[i].store(y + i * W); });
+}
+
+}  // namespace detail
+
+/// out[c] = dot_axpy(a, k + c · ldk, n, alpha[c], v + c · ldv, y, ahead) for c < keys, in
+/// order: one query row against a run of key rows while a run of value rows is added to
+/// one output row (MHA decode, one head at a time: a tile's dots beside the tile before
+/// it's values), the bits of `keys` calls of dot_axpy. Where the query and output packets
+/// fit in the register file beside the dot's four accumulators (n = 4 or 8 whole packets
+/// on 32 registers: d = 64 and 128 on AVX-512) they are loaded once for the run and y is
+/// stored once at its end, so each key holds the loads of its two rows and their FMAs
+/// only, where dot_axpy also loads each query packet and loads and stores each output
+/// packet; other widths take dot_axpy per key. out and alpha must not overlap y. Needs
+/// has_widening_ops_v<Arch, TK> and <Arch, TV>.
+template <class Arch, class TK, class TV>
+inline void dot_axpy_rows(const float* a, const TK* k, Index ldk, const float* alpha, const TV* v,
+                          Index ldv, int keys, Index n, float* y, float* out,
+                          Index ahead = 0) noexcept {
+  using P = packet<float, Arch>;
+  constexpr Index W = P::size;
+  if constexpr (P::registers >= 32) {
+    if (n == 4 * W)
+      return detail::dot_axpy_rows_held<Arch, TK, TV, 1>(a, k, ldk, alpha, v, ldv, keys, y, out,
+                                                         ahead);
+    if (n == 8 * W)
+      return detail::dot_axpy_rows_held<Arch, TK, TV, 2>(a, k, ldk, alpha, v, ldv, keys, y, out,
+                                                         ahead);
+  }
+  for (int c = 0; c < keys; ++c)
+    out[c] = dot_axpy<Arch>(a, k + c * ldk, n, alpha[c], v + c * ldv, y, ahead);
 }
 
 namespace detail {
