@@ -316,8 +316,7 @@ struct kv_row_source {
         // a token's heads side by side: ask for the rows 1 KiB on; each head's rows back to
         // back: as far on as the CPU tuning says (none where the hardware prefetchers
         // follow the streams alone; see accumulate_one_query)
-        return simd::dot_axpy<Backend>(q, k, n, a, v, o,
-                                       rows_back_to_back() ? stream_prefetch : prefetch_bytes);
+        return simd::dot_axpy<Backend>(q, k, n, a, v, o, dot_axpy_ahead());
       }
     }
     const Real s = dot(h, j, q);
@@ -338,11 +337,16 @@ struct kv_row_source {
       if (keys > 0 && k && v && n == values.cols()) {
         simd::dot_axpy_rows<Backend>(q, k, packet_row_stride(h), alpha, v,
                                      values.packet_row_stride(hv), keys, n, o, out,
-                                     rows_back_to_back() ? stream_prefetch : prefetch_bytes);
+                                     dot_axpy_ahead());
         return;
       }
     }
     for (int c = 0; c < keys; ++c) out[c] = dot_axpy(h, j + c, q, values, hv, jv + c, alpha[c], o);
+  }
+  /// How far on dot_axpy and dot_axpy_rows ask for the rows: a token's heads side by side,
+  /// prefetch_bytes; each head's rows back to back, the CPU tuning's stream_prefetch.
+  Index dot_axpy_ahead() const noexcept {
+    return rows_back_to_back() ? stream_prefetch : prefetch_bytes;
   }
   /// The distance in values between consecutive rows of head h that packet_row gives.
   Index packet_row_stride(Index h) const noexcept {

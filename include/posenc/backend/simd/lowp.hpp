@@ -1010,6 +1010,21 @@ inline void axpy(float alpha, const T* x, Index n, float* y) noexcept {
   }
 }
 
+namespace detail {
+
+/// dot_axpy's request ahead: one prefetch per cache line of the 4 W values of row r at i,
+/// `ahead` bytes on (none where ahead is 0).
+template <class Arch, class T>
+POSENC_INLINE void ask_step_ahead(const T* r, Index i, Index ahead) noexcept {
+  if (ahead > 0) {
+    constexpr int step = static_cast<int>(4 * packet<float, Arch>::size * sizeof(T));
+    const char* b = reinterpret_cast<const char*>(r + i) + ahead;
+    for (int off = 0; off < step; off += 64) POSENC_PREFETCH(b + off);
+  }
+}
+
+}  // namespace detail
+
 /// dot(a, k, n) and then axpy(alpha, v, n, y) in one pass: the packets of the key row k
 /// and of the value row v loaded side by side, so that two streams from memory are in
 /// flight together (decode's key and value passes, backend/scalar/flash.hpp). The dot's
@@ -1026,19 +1041,11 @@ inline float dot_axpy(const float* a, const TK* k, Index n, float alpha, const T
   constexpr Index W = P::size;
   const P al = P::broadcast(alpha);
   const auto update = [&](Index i) { fmadd(al, IV::load(v + i), P::load(y + i)).store(y + i); };
-  // one prefetch per cache line of a step's 4 W values (no more than a line's worth apart)
-  const auto ask_ahead = [&](const auto* x, Index i) {
-    if (ahead > 0) {
-      constexpr int step = static_cast<int>(4 * W * sizeof(*x));
-      const char* b = reinterpret_cast<const char*>(x + i) + ahead;
-      for (int off = 0; off < step; off += 64) POSENC_PREFETCH(b + off);
-    }
-  };
   P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
   Index i = 0;
   for (; i + 4 * W <= n; i += 4 * W) {
-    ask_ahead(k, i);
-    ask_ahead(v, i);
+    detail::ask_step_ahead<Arch>(k, i, ahead);  // one prefetch per cache line of the step
+    detail::ask_step_ahead<Arch>(v, i, ahead);
     a0 = fmadd(P::load(a + i), IK::load(k + i), a0);
     update(i);
     a1 = fmadd(P::load(a + i + W), IK::load(k + i + W), a1);
@@ -1078,14 +1085,6 @@ inline void dot_axpy_rows_held(const float* a, const TK* k, Index ldk, const flo
     x[i] = P::load(a + i * W);
     o[i] = P::load(y + i * W);
   });
-  // dot_axpy's prefetches: one per cache line of each 4 W values of both rows
-  const auto ask_ahead = [&](const auto* r, Index i) {
-    if (ahead > 0) {
-      constexpr int step = static_cast<int>(4 * W * sizeof(*r));
-      const char* b = reinterpret_cast<const char*>(r + i) + ahead;
-      for (int off = 0; off < step; off += 64) POSENC_PREFETCH(b + off);
-    }
-  };
   for (int c = 0; c < keys; ++c) {
     const TK* kr = k + c * ldk;
     const TV* vr = v + c * ldv;
@@ -1093,8 +1092,8 @@ inline void dot_axpy_rows_held(const float* a, const TK* k, Index ldk, const flo
     P a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
     unrolled<G>([&](auto g) {  // dot_axpy's four accumulators and one FMA per y value
       constexpr int i = 4 * g;
-      ask_ahead(kr, i * W);
-      ask_ahead(vr, i * W);
+      ask_step_ahead<Arch>(kr, i * W, ahead);  // dot_axpy's prefetches
+      ask_step_ahead<Arch>(vr, i * W, ahead);
       a0 = fmadd(x[i], IK::load(kr + i * W), a0);
       o[i] = fmadd(al, IV::load(vr + i * W), o[i]);
       a1 = fmadd(x[i + 1], IK::load(kr + (i + 1) * W), a1);
