@@ -160,10 +160,13 @@ TEST_CASE("the CPU's maker is read from CPUID and sets the tuning", "[core][back
   CHECK_FALSE(
       posenc::cpu::settings(posenc::cpu::maker::unknown, 25, 0x11).decode_value_pass_key_prefetch);
   CHECK(posenc::cpu::tuning().decode_value_pass_key_prefetch == settings::zen4(m, family, model));
-  // one query's MHA over head-major K/V: two heads at a time, one on Zen 4
+  // one query's MHA over head-major K/V: two heads at a time, one on Zen 4 and Zen 5
   CHECK(posenc::cpu::settings().decode_one_query_heads == 2);
-  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_one_query_heads == 2);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26).decode_one_query_heads == 1);
+  CHECK(posenc::cpu::settings(posenc::cpu::maker::amd, 26, 0x44).decode_one_query_heads == 1);
   CHECK(posenc::cpu::settings(posenc::cpu::maker::intel, 6, 207).decode_one_query_heads == 2);
   CHECK(posenc::cpu::settings(posenc::cpu::maker::unknown, 25, 0x11).decode_one_query_heads == 2);
-  CHECK(posenc::cpu::tuning().decode_one_query_heads == (settings::zen4(m, family, model) ? 1 : 2));
+  CHECK(
+      posenc::cpu::tuning().decode_one_query_heads ==
+      (settings::zen4(m, family, model) || (m == posenc::cpu::maker::amd && family == 26) ? 1 : 2));
 }

@@ -156,8 +156,13 @@ struct settings {
   /// heads' four streams ran 1.05-1.23x one head's two on Zen 3 (four heads' eight
   /// streams 0.84-0.94x); on Zen 4 one head ran 1.06-1.37x two (medians of 8 rounds at
   /// one and two threads over 4k to 64k keys, processes alternated; 118 of 168 rounds
-  /// faster over four sets, docs/benchmarks-history.md). 1 on AMD's Zen 4 (family 25, its
-  /// models), 2 elsewhere; values under 1 read as 1.
+  /// faster over four sets, docs/benchmarks-history.md); on Zen 5, once one head's query
+  /// and output rows were held in registers over a run of keys (simd::dot_axpy_rows), one
+  /// head ran 1.0-2.4x two over float, half and bfloat16 rows of 64 and 128 (the 36 rows
+  /// of 1 and 2 threads over 4k to 64k keys, 3 rounds, medians 0.99-2.36, 99 of 108
+  /// rounds faster; float rows of 128 over two sets of 6 rounds 0.92-1.21, 54 of 72). 1 on
+  /// AMD's Zen 4 (family 25, its models) and family 26 (Zen 5), 2 elsewhere (the Intel
+  /// Xeon not measured with the held rows); values under 1 read as 1.
   std::atomic<int> decode_one_query_heads{2};
 
   settings() noexcept = default;
@@ -169,7 +174,7 @@ struct settings {
         decode_stream_prefetch(intel_or_zen5(m, family) ? 2048 : 0),
         decode_key_run_prefetch(zen5(m, family) ? 2048 : 0),
         decode_value_pass_key_prefetch(zen4(m, family, model)),
-        decode_one_query_heads(zen4(m, family, model) ? 1 : 2) {}
+        decode_one_query_heads(zen4(m, family, model) || zen5(m, family) ? 1 : 2) {}
 
   /// Whether a CPU of AMD's family 25 is a Zen 4 (its models 0x10-0x1F and 0x60-0xAF;
   /// the rest of the family, 0x00-0x0F and 0x20-0x5F, is Zen 3).
