@@ -563,7 +563,7 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // and with its decode_stream_prefetch (on by default on Zen 5 and Intel) one query's MHA
   // asks for its head-major rows 2 KiB ahead, with decode_key_run_prefetch (Zen 5) the
   // runs' key rows 2 KiB ahead, with decode_value_pass_key_prefetch (Zen 4) the next
-  // tile's key rows during each value pass, and with decode_one_query_heads (1 on Zen 4,
+  // tile's key rows during each value pass, and with decode_one_query_heads (1 on Zen 4 and Zen 5,
   // else 2) one query's MHA reads that many heads at a time (here 1, and 3, which leaves 2
   // at the end of 8), whatever CPU runs the test: both settings, the same bits.
   const auto check = [&](const auto& p, const auto& pol) {

@@ -490,7 +490,7 @@ struct head_rows {
 
 /// A run of keys [kbeg, kend) of heads [h0, h0 + count) that decode's one-query MHA path
 /// (accumulate_one_query) reads as one softmax state per head: one chunk of every head
-/// of a token (token-major K/V), or of a few heads (head-major: two, one on Zen 4,
+/// of a token (token-major K/V), or of a few heads (head-major: two, one on Zen 4 and Zen 5,
 /// cpu::settings::decode_one_query_heads; fewer where the heads run out). hcs[i] and
 /// ws[i] are head h0 + i's context and workspace (loaded by begin_block); h0 indexes the
 /// row sources.
