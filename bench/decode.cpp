@@ -51,8 +51,8 @@
 // runs' value passes ask for the next tile's key rows into L2; on by default on Zen 4; counter
 // `value_pass_keys`).
 // POSENC_DECODE_ONE_QUERY_HEADS=n sets its decode_one_query_heads (one query's MHA over
-// head-major K/V reads n heads at a time, key by key across them; 1 on Zen 4, else 2; counter
-// `one_query_heads`).
+// head-major K/V reads n heads at a time, key by key across them; 1 on Zen 4 and Zen 5,
+// else 2; counter `one_query_heads`).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
