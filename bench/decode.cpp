@@ -53,6 +53,9 @@
 // POSENC_DECODE_ONE_QUERY_HEADS=n sets its decode_one_query_heads (one query's MHA over
 // head-major K/V reads n heads at a time, key by key across them; 1 on Zen 4 and Zen 5,
 // else 2; counter `one_query_heads`).
+// POSENC_DECODE_GROUP_ROWS=0 or 1 sets its decode_group_rows (one query's GQA group of 2-4
+// heads over head-major rows of 64 or 128 values reads each row whole, one at a time; on by
+// default on Zen 4; counter `group_rows`).
 //
 //   bench_decode --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -457,6 +460,7 @@ void decode(benchmark::State& state) {
   state.counters["key_run_prefetch"] = tuning.decode_key_run_prefetch.load();
   state.counters["value_pass_keys"] = tuning.decode_value_pass_key_prefetch ? 1 : 0;
   state.counters["one_query_heads"] = tuning.decode_one_query_heads.load();
+  state.counters["group_rows"] = tuning.decode_group_rows ? 1 : 0;
   state.SetLabel(std::string(type_name<S>()) + (heads == kv_heads ? " MHA " : " GQA ") +
                  std::to_string(heads) + "/" + std::to_string(kv_heads));
 }
@@ -526,6 +530,8 @@ int main(int argc, char** argv) {
     posenc::cpu::tuning().decode_value_pass_key_prefetch = std::strcmp(keys, "0") != 0;
   if (const char* heads = std::getenv("POSENC_DECODE_ONE_QUERY_HEADS"))
     posenc::cpu::tuning().decode_one_query_heads = std::atoi(heads);
+  if (const char* group = std::getenv("POSENC_DECODE_GROUP_ROWS"))
+    posenc::cpu::tuning().decode_group_rows = std::atoi(group) != 0;
   const bool every = mode("full");
   if (mode("order"))
     for (long keys : {1280L, 16384L})

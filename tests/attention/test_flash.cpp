@@ -565,7 +565,9 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // runs' key rows 2 KiB ahead, with decode_value_pass_key_prefetch (Zen 4) the next
   // tile's key rows during each value pass, and with decode_one_query_heads (1 on Zen 4 and Zen 5,
   // else 2) one query's MHA reads that many heads at a time (here 1, and 3, which leaves 2
-  // at the end of 8), whatever CPU runs the test: both settings, the same bits.
+  // at the end of 8), and with decode_group_rows (Zen 4) one query's float GQA group of 2
+  // to 4 heads of 64 or 128 values, head-major, reads each row whole, one at a time (on
+  // where the others are off), whatever CPU runs the test: both settings, the same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);
@@ -603,6 +605,8 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     std::atomic<int>& run_prefetch = posenc::cpu::tuning().decode_key_run_prefetch;
     std::atomic<bool>& value_pass_keys = posenc::cpu::tuning().decode_value_pass_key_prefetch;
     std::atomic<int>& one_query_heads = posenc::cpu::tuning().decode_one_query_heads;
+    std::atomic<bool>& group_rows = posenc::cpu::tuning().decode_group_rows;
+    const bool group_rows_was = group_rows;
     const bool was = key_runs, value_pass_keys_was = value_pass_keys;
     const int prefetch_was = stream_prefetch, min_was = runs_min, run_prefetch_was = run_prefetch;
     const int heads_was = one_query_heads;
@@ -610,12 +614,13 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     for (const bool runs : {false, true}) {
       INFO("decode_key_runs and decode_value_pass_key_prefetch "
            << runs << ", decode_stream_prefetch and decode_key_run_prefetch " << (runs ? 2048 : 0)
-           << ", decode_one_query_heads " << (runs ? 1 : 3));
+           << ", decode_one_query_heads " << (runs ? 1 : 3) << ", decode_group_rows " << !runs);
       key_runs = runs;
       stream_prefetch = runs ? 2048 : 0;
       run_prefetch = runs ? 2048 : 0;
       value_pass_keys = runs;
       one_query_heads = runs ? 1 : 3;
+      group_rows = !runs;
       check(p, posenc::no_position_policy{});
       check(p, posenc::alibi_policy(z.heads));
       if (z.dim == z.dim_v) check(p, posenc::rotary_policy(z.dim));
@@ -635,6 +640,7 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
     run_prefetch = run_prefetch_was;
     value_pass_keys = value_pass_keys_was;
     one_query_heads = heads_was;
+    group_rows = group_rows_was;
   }
 }
 

@@ -678,6 +678,57 @@ void check_dot_axpy_rows(Index n) {
   }
 }
 
+// simd::dot_group_rows / axpy_group_rows (one query's GQA group, each row read whole, one
+// at a time): the bits of dot_block and axpy key by key and row by row, for m rows of a
+// group (2-4 in registers on AVX-512 with n = 4 or 8 packets; other m, n and backends
+// dot_block and axpy), 0-9 keys (and 40: past a block of 16) (partial fours), rows ld values apart,
+// each run of rows in a heap block of exactly the values it spans (ASan).
+template <class T, class B>
+void check_group_rows(Index n) {
+  INFO("dot_group_rows / axpy_group_rows, n = " << n);
+  const Index ld = n + 16;
+  for (int m = 1; m <= 5; ++m)
+    for (const int keys : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 40}) {
+      INFO("rows " << m << ", keys " << keys);
+      const std::size_t span = static_cast<std::size_t>(keys > 0 ? (keys - 1) * ld + n : 0);
+      const std::vector<float> bf = posenc_test::random_values<float>(span, 95 + keys);
+      const std::vector<T> b(bf.begin(), bf.end());
+      std::vector<std::vector<float>> a, p, y, s, y_want;
+      for (int i = 0; i < m; ++i) {
+        a.push_back(posenc_test::random_values<float>(static_cast<std::size_t>(n), 96 + i));
+        p.push_back(posenc_test::random_values<float>(static_cast<std::size_t>(keys), 97 + i));
+        y.push_back(posenc_test::random_values<float>(static_cast<std::size_t>(n), 98 + i));
+        s.emplace_back(static_cast<std::size_t>(keys), 0.0f);
+      }
+      y_want = y;
+      std::vector<const float*> ap, pp;
+      std::vector<float*> yp, sp;
+      for (int i = 0; i < m; ++i) {
+        ap.push_back(a[static_cast<std::size_t>(i)].data());
+        pp.push_back(p[static_cast<std::size_t>(i)].data());
+        yp.push_back(y[static_cast<std::size_t>(i)].data());
+        sp.push_back(s[static_cast<std::size_t>(i)].data());
+      }
+      posenc::simd::dot_group_rows<B>(ap.data(), m, b.data(), ld, keys, n, sp.data());
+      posenc::simd::axpy_group_rows<B>(b.data(), ld, keys, pp.data(), m, yp.data(), n);
+      bool same = true;
+      for (int c = 0; c < keys; ++c)
+        for (std::size_t i = 0; i < static_cast<std::size_t>(m); ++i) {
+          const float* ai = a[i].data();
+          float want = 0.0f;
+          float* wp = &want;
+          posenc::simd::dot_block<B>(&ai, 1, b.data() + c * ld, ld, 1, n, &wp);
+          same = same && bits32(s[i][static_cast<std::size_t>(c)]) == bits32(want);
+          posenc::simd::axpy<B>(p[i][static_cast<std::size_t>(c)], b.data() + c * ld, n,
+                                y_want[i].data());
+        }
+      for (std::size_t i = 0; i < static_cast<std::size_t>(m); ++i)
+        for (std::size_t v = 0; v < static_cast<std::size_t>(n); ++v)
+          same = same && bits32(y[i][v]) == bits32(y_want[i][v]);
+      CHECK(same);
+    }
+}
+
 // simd::dot / dot_block (and dot_block_many, dot_block_runs) / axpy / dot_axpy
 // (decode's row kernels) on storage T: the float result of the widened values bit for
 // bit, a double computation within the float bound,
@@ -954,6 +1005,8 @@ void check_widening_ops(const char* type) {
   // dot_axpy_rows' registers hold 4 or 8 packets (d 64 and 128 on AVX-512), past the lengths above
   check_dot_axpy_rows<T, B>(8 * W);
   check_dot_axpy_rows<T, B>(16 * W);
+  // the group kernels' rows of 64 and 128 values, and a length they do not take
+  for (const Index n : {Index(64), Index(128), Index(72)}) check_group_rows<T, B>(n);
 }
 
 TEST_CASE("SIMD widening dot and axpy: 16-bit rows give the float result of their values",

@@ -112,6 +112,7 @@ struct kv_row_source {
     stream_prefetch = t.decode_stream_prefetch.load(std::memory_order_relaxed);
     run_prefetch = t.decode_key_run_prefetch.load(std::memory_order_relaxed);
     value_pass_keys = t.decode_value_pass_key_prefetch.load(std::memory_order_relaxed);
+    tuned_group_rows = t.decode_group_rows.load(std::memory_order_relaxed);
     tuned_key_runs = t.decode_key_runs.load(std::memory_order_relaxed) &&
                      n >= t.decode_key_runs_min_values.load(std::memory_order_relaxed);
   }
@@ -421,6 +422,32 @@ struct kv_row_source {
     for (int c = 0; c < keys; ++c)  // rows converted one at a time
       for (int i = 0; i < m; ++i) axpy(h, j + c, p[i][c], o[i]);
   }
+  /// Whether dot_group_rows and axpy_group_rows take m rows that share their key and value
+  /// rows (cpu::settings::decode_group_rows): where each head's float rows lie back to
+  /// back, on AVX-512 with rows of 64 or 128 values and 2 to 4 rows (one query's GQA group,
+  /// simd::group_rows_take). Half and bfloat16 rows keep the block kernels: read whole
+  /// they ran 0.77-1.13x on Zen 4 (docs/benchmarks.md).
+  bool group_rows(int m) const noexcept {
+    if constexpr (packet_storage && std::is_same_v<value_type, Real>)
+      return tuned_group_rows && four_rows_ok && row_bytes > 0 &&
+             simd::group_rows_take<Backend>(m, n);
+    static_cast<void>(m);
+    return false;
+  }
+  /// dot_block over keys [j, j + keys) of head h for the m rows of group_rows(m), in one
+  /// call: each key row read whole, one at a time (simd::dot_group_rows); dot's bits.
+  void dot_group_rows(Index h, Index j, int keys, const Real* const* qs, int m,
+                      Real* const* out) noexcept {
+    if constexpr (packet_storage)
+      simd::dot_group_rows<Backend>(qs, m, packet_row(h, j), packet_row_stride(h), keys, n, out);
+  }
+  /// axpy_block over keys [j, j + keys) of head h for the m rows of group_rows(m), in one
+  /// call: each value row read whole, one at a time (simd::axpy_group_rows); axpy's bits.
+  void axpy_group_rows(Index h, Index j, int keys, const Real* const* p, int m,
+                       Real* const* o) noexcept {
+    if constexpr (packet_storage)
+      simd::axpy_group_rows<Backend>(packet_row(h, j), packet_row_stride(h), keys, p, m, o, n);
+  }
   /// Whether each head's rows lie back to back (head-major K/V, [B, H, L, d]).
   bool rows_back_to_back() const noexcept { return four_rows_ok; }
   /// How many keys on accumulate_heads' block loops ask for a head's rows (0: none). Where
@@ -506,7 +533,8 @@ struct kv_row_source {
   bool value_pass_keys = false;  // next_keys_in_value_pass where the runs are (cpu::tuning)
   // decode_key_runs for rows this long (cpu::settings: decode_key_runs_min_values)
   bool tuned_key_runs = false;
-  std::vector<Real> buf;  // one converted row
+  bool tuned_group_rows = false;  // cpu::tuning's decode_group_rows
+  std::vector<Real> buf;          // one converted row
   const void* last_source = nullptr;
   Index last_j = -1;
 

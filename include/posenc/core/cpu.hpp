@@ -164,6 +164,19 @@ struct settings {
   /// AMD's Zen 4 (family 25, its models) and family 26 (Zen 5), 2 elsewhere (the Intel
   /// Xeon not measured with the held rows); values under 1 read as 1.
   std::atomic<int> decode_one_query_heads{2};
+  /// Decode's GQA groups over head-major K/V (backend/scalar/flash.hpp, accumulate_heads):
+  /// whether one query's group of 2 to 4 heads with rows of 64 or 128 values reads each
+  /// tile's key rows and then its value rows whole, one row at a time in address order
+  /// (simd::dot_group_rows, axpy_group_rows on AVX-512), instead of the block kernels'
+  /// few rows side by side. Zen 4's hardware prefetchers keep up with the first order
+  /// beside a group's FMAs and not with the second: a test program read 4 FMAs per packet
+  /// of rows taken whole at the read roofline and 0.4 of it with 4 rows side by side. One
+  /// query's float group of four, head-major, ran 1.11-1.29x (medians of 3 rounds, 4k to
+  /// 64k keys, d 64 and 128, 1 and 2 threads; 0.99x at 4k keys on one thread; processes
+  /// alternated, docs/benchmarks.md); half and bfloat16 rows 0.77-1.13x, so they keep the
+  /// block kernels (kv_row_source::group_rows). True on AMD's Zen 4 (family 25, its
+  /// models); not measured elsewhere.
+  std::atomic<bool> decode_group_rows{false};
 
   settings() noexcept = default;
   /// The choices for a CPU of this maker, family and model (family_of_this_cpu,
@@ -174,7 +187,8 @@ struct settings {
         decode_stream_prefetch(intel_or_zen5(m, family) ? 2048 : 0),
         decode_key_run_prefetch(zen5(m, family) ? 2048 : 0),
         decode_value_pass_key_prefetch(zen4(m, family, model)),
-        decode_one_query_heads(zen4(m, family, model) || zen5(m, family) ? 1 : 2) {}
+        decode_one_query_heads(zen4(m, family, model) || zen5(m, family) ? 1 : 2),
+        decode_group_rows(zen4(m, family, model)) {}
 
   /// Whether a CPU of AMD's family 25 is a Zen 4 (its models 0x10-0x1F and 0x60-0xAF;
   /// the rest of the family, 0x00-0x0F and 0x20-0x5F, is Zen 3).

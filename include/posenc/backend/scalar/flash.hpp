@@ -596,8 +596,11 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
 /// kept in a register over the block), so each K and V row is read once per group. (One query row
 /// per key and per value row, MHA with one query, is accumulate_one_query's.) One per key row alone
 /// (keys a policy transforms per query head, GQA values) takes its dots key by key across the heads
-/// (KRows::dot). Out of line: inlined into the decode driver, GCC compiled the GQA block paths
-/// differently and half / bfloat16 GQA decode ran 0.81-0.95x (Zen 3).
+/// (KRows::dot). On Zen 4 one query's float group of 2 to 4 heads over head-major rows reads
+/// each tile's key rows, then its value rows, whole and one at a time (KRows::group_rows,
+/// dot_group_rows, axpy_group_rows: the block kernels' bits), the order its hardware
+/// prefetchers follow. Out of line: inlined into the decode driver, GCC compiled the GQA block
+/// paths differently and half / bfloat16 GQA decode ran 0.81-0.95x (Zen 3).
 template <class Policy, class Real, class KRows, class VRows>
 POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs,
                                       Index count, Index key_group, Index value_group,
@@ -637,6 +640,10 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   // and during each tile's value pass the next tile's key rows into L2, in the order its
   // dot pass reads them (KRows::next_keys_in_value_pass)
   const bool next_keys = values_with_keys && ks.next_keys_in_value_pass(value_rows);
+  // a group's rows read whole, a tile's key rows then its value rows, one row at a time
+  // (KRows::group_rows, cpu::settings::decode_group_rows), in place of all of the above
+  const bool group_rows =
+      key_group == value_group && ks.group_rows(key_rows) && vs.group_rows(value_rows);
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -652,7 +659,14 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       else if (j0 + a - nk < kend)
         ks.prefetch(h, j0 + a - nk);
     };
-    if (key_rows == 1) {
+    if (group_rows) {
+      for (Index h0 = 0; h0 < count; h0 += key_group) {
+        for (int i = 0; i < key_rows; ++i)
+          hr.block_s[static_cast<std::size_t>(i)] = hr.s[static_cast<std::size_t>(h0 * nb + i)];
+        ks.dot_group_rows(h0, j0, static_cast<int>(nk), hr.q.data() + h0 * nb, key_rows,
+                          hr.block_s.data());
+      }
+    } else if (key_rows == 1) {
       // one query row per key row (keys transformed per query head): key by key, every
       // head of a key before the next, so K is read as one forward stream of whole rows.
       // Blocks of keys per head (below) read one short run of each [keys, heads, d] row at
@@ -720,8 +734,15 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
     }
     for (Index h = 0; h < count; ++h)
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
-    // blocks of vb keys: the probabilities of a block are p[i] + c0
     const Real** probs = hr.block_p.data();
+    if (group_rows) {
+      for (Index h0 = 0; h0 < count; h0 += value_group) {
+        for (int i = 0; i < value_rows; ++i) probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)];
+        vs.axpy_group_rows(h0, j0, static_cast<int>(nk), probs, value_rows, hr.o.data() + h0 * nb);
+      }
+      continue;
+    }
+    // blocks of vb keys: the probabilities of a block are p[i] + c0
     // the next tile (none past kend), whose key rows next_keys asks for: the share of its
     // nk1 keys in dot-pass order that matches this block's share of the tile's values
     const Index j1 = j0 + nk, nk1 = next_keys ? std::min(bk, kend - j1) : 0;

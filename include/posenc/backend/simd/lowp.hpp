@@ -27,6 +27,9 @@
 ///                                     `ahead` bytes on); the two calls' bits
 ///     dot_axpy_rows(a, k, ldk, alpha, v, ldv, keys, n, y, out[, ahead])   dot_axpy over
 ///                                     runs of key and value rows, a and y in registers
+///     dot_group_rows(...)  axpy_group_rows(...)   a GQA group's 2-4 rows against
+///                                     consecutive rows read whole, one at a time (AVX-512,
+///                                     d 64 and 128); dot_block's and axpy's bits
 ///
 /// Defined for 16-bit types:
 ///
@@ -1264,6 +1267,158 @@ template <class Arch, class T>
 inline void axpy_rows_many(const T* const* x, int keys, const float* const* p, int m,
                            float* const* y, Index n) noexcept {
   axpy_rows_many<Arch>(x, keys, p, m, y, n, [](int, int) noexcept {});
+}
+
+/// Whether dot_group_rows and axpy_group_rows take m query (output) rows of n values on
+/// Arch in registers: AVX-512, 2 to 4 rows of 64 or 128 values (4 or 8 packets).
+template <class Arch>
+constexpr bool group_rows_take(int m, Index n) noexcept {
+  return POSENC_ARCH_AVX512 != 0 && std::is_same_v<Arch, backend::avx512> && m >= 2 && m <= 4 &&
+         (n == 64 || n == 128);
+}
+
+#if POSENC_ARCH_AVX512
+namespace detail {
+
+/// dot_group_rows for M rows of NP packets. The first H query rows are held in registers
+/// (2 of 8 packets beside a key row's 8 and the rows' accumulators; 4 of 4), the others'
+/// packets are memory operands of their FMAs.
+template <class T, int NP, int M>
+inline void dot_group_rows_avx512(const float* const* a, const T* b, Index ldb, int keys,
+                                  float* const* out) noexcept {
+  using IO = storage_io<T, backend::avx512>;
+  using P = packet<float, backend::avx512>;
+  constexpr int W = P::size;
+  constexpr int H = M < 16 / NP ? M : 16 / NP;
+  __m512 q[H * NP];
+  unrolled<H * NP>([&](auto k) { q[k] = _mm512_loadu_ps(a[k / NP] + (k % NP) * W); });
+  P sums[16];  // slot 4i + t: row i's packet sum for key t of four (reduce_add_each)
+  for (P& s : sums) s = P::zero();
+  alignas(64) float lanes[16];
+  for (int c0 = 0; c0 < keys; c0 += 4) {
+    const int kk = std::min(4, keys - c0);
+    for (int t = 0; t < kk; ++t) {
+      const T* r = b + static_cast<Index>(c0 + t) * ldb;
+      __m512 x[NP];
+      unrolled<NP>([&](auto k) {
+        x[k] = IO::load(r + k * W).v;
+        in_register(x[k]);
+      });
+      unrolled<M>([&](auto i) {
+        __m512 acc = _mm512_setzero_ps();
+        unrolled<NP>([&](auto k) {  // dot_block's one accumulator, fed in increasing k
+          if constexpr (std::decay_t<decltype(i)>::value < H)
+            acc = _mm512_fmadd_ps(q[i * NP + k], x[k], acc);
+          else
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(a[i] + k * W), x[k], acc);
+        });
+        sums[4 * i + t] = P{acc};
+      });
+    }
+    _mm512_store_ps(lanes, reduce_add_each(sums).v);
+    for (int i = 0; i < M; ++i)
+      for (int t = 0; t < kk; ++t) out[i][c0 + t] = lanes[4 * i + t];
+  }
+}
+
+/// axpy_group_rows for M rows of NP packets: the first H output rows held in registers
+/// (3 of 8 packets beside M broadcast weights and a value packet; 4 of 4), the others
+/// loaded, updated and stored per packet.
+template <class T, int NP, int M>
+inline void axpy_group_rows_avx512(const T* b, Index ldb, int keys, const float* const* p,
+                                   float* const* y) noexcept {
+  using IO = storage_io<T, backend::avx512>;
+  constexpr int W = packet<float, backend::avx512>::size;
+  constexpr int H = M < 24 / NP ? M : 24 / NP;
+  __m512 o[H * NP];
+  unrolled<H * NP>([&](auto k) { o[k] = _mm512_loadu_ps(y[k / NP] + (k % NP) * W); });
+  for (int c = 0; c < keys; ++c) {
+    const T* r = b + static_cast<Index>(c) * ldb;
+    __m512 w[M];
+    unrolled<M>([&](auto i) { w[i] = _mm512_set1_ps(p[i][c]); });
+    unrolled<NP>([&](auto k) {
+      __m512 x = IO::load(r + k * W).v;
+      in_register(x);
+      unrolled<M>([&](auto i) {  // axpy's FMA per value, keys in order
+        if constexpr (std::decay_t<decltype(i)>::value < H) {
+          o[i * NP + k] = _mm512_fmadd_ps(w[i], x, o[i * NP + k]);
+        } else {
+          float* yk = y[i] + k * W;
+          _mm512_storeu_ps(yk, _mm512_fmadd_ps(w[i], x, _mm512_loadu_ps(yk)));
+        }
+      });
+    });
+  }
+  unrolled<H * NP>([&](auto k) { _mm512_storeu_ps(y[k / NP] + (k % NP) * W, o[k]); });
+}
+
+/// f(integral_constant m) for m = 2, 3 or 4.
+template <class F>
+POSENC_INLINE void with_rows(int m, F&& f) noexcept {
+  if (m == 2) f(std::integral_constant<int, 2>{});
+  if (m == 3) f(std::integral_constant<int, 3>{});
+  if (m == 4) f(std::integral_constant<int, 4>{});
+}
+
+}  // namespace detail
+#endif  // POSENC_ARCH_AVX512
+
+/// out[i][c] = a[i] · float(b + c · ldb), i < m, c < keys: the query rows of a GQA group
+/// against consecutive key rows, each key row read whole, once, in address order, and
+/// widened once (where group_rows_take(m, n); elsewhere dot_block). Zen 4's hardware
+/// prefetchers follow that order at the read roofline with a group's FMAs beside it, and
+/// lose more than half of it where a kernel reads a few rows side by side, a packet of
+/// each at a time (dot_block_many, dot_block_runs; docs/benchmarks.md). Each dot has
+/// dot_block's one accumulator fed in increasing k and its lane of reduce_add_each (over
+/// four keys): dot_block's bits.
+template <class Arch, class T>
+inline void dot_group_rows(const float* const* a, int m, const T* b, Index ldb, int keys, Index n,
+                           float* const* out) noexcept {
+#if POSENC_ARCH_AVX512
+  if constexpr (std::is_same_v<Arch, backend::avx512>) {
+    if (group_rows_take<Arch>(m, n)) {
+      detail::with_rows(m, [&](auto rows) {
+        if (n == 128)
+          detail::dot_group_rows_avx512<T, 8, decltype(rows)::value>(a, b, ldb, keys, out);
+        else
+          detail::dot_group_rows_avx512<T, 4, decltype(rows)::value>(a, b, ldb, keys, out);
+      });
+      return;
+    }
+  }
+#endif
+  constexpr int W = packet<float, Arch>::size;
+  for (int i0 = 0; i0 < m; i0 += 8)
+    for (int c0 = 0; c0 < keys; c0 += W) {
+      float* o[8];
+      const int rows = std::min(8, m - i0);
+      for (int i = 0; i < rows; ++i) o[i] = out[i0 + i] + c0;
+      dot_block<Arch>(a + i0, rows, b + static_cast<Index>(c0) * ldb, ldb, std::min(W, keys - c0),
+                      n, o);
+    }
+}
+
+/// y[i] += sum_c p[i][c] · float(b + c · ldb), i < m, c < keys in order: each value row
+/// read whole, once, in address order (see dot_group_rows; elsewhere axpy per key and
+/// row), the bits of keys · m calls of axpy.
+template <class Arch, class T>
+inline void axpy_group_rows(const T* b, Index ldb, int keys, const float* const* p, int m,
+                            float* const* y, Index n) noexcept {
+#if POSENC_ARCH_AVX512
+  if constexpr (std::is_same_v<Arch, backend::avx512>) {
+    if (group_rows_take<Arch>(m, n)) {
+      detail::with_rows(m, [&](auto rows) {
+        if (n == 128)
+          detail::axpy_group_rows_avx512<T, 8, decltype(rows)::value>(b, ldb, keys, p, y);
+        else
+          detail::axpy_group_rows_avx512<T, 4, decltype(rows)::value>(b, ldb, keys, p, y);
+      });
+      return;
+    }
+  }
+#endif
+  for (int c = 0; c < keys; ++c)
+    for (int i = 0; i < m; ++i) axpy<Arch>(p[i][c], b + static_cast<Index>(c) * ldb, n, y[i]);
 }
 
 }  // namespace simd
