@@ -1290,7 +1290,8 @@ inline void dot_group_rows_avx512(const float* const* a, const T* b, Index ldb, 
   using P = packet<float, backend::avx512>;
   constexpr int W = P::size;
   constexpr int H = M < 16 / NP ? M : 16 / NP;
-  __m512 q[H * NP];
+  constexpr std::size_t held = H * NP, row = NP;  // array bounds are unsigned
+  __m512 q[held];
   unrolled<H * NP>([&](auto k) { q[k] = _mm512_loadu_ps(a[k / NP] + (k % NP) * W); });
   P sums[16];  // slot 4i + t: row i's packet sum for key t of four (reduce_add_each)
   for (P& s : sums) s = P::zero();
@@ -1299,7 +1300,7 @@ inline void dot_group_rows_avx512(const float* const* a, const T* b, Index ldb, 
     const int kk = std::min(4, keys - c0);
     for (int t = 0; t < kk; ++t) {
       const T* r = b + static_cast<Index>(c0 + t) * ldb;
-      __m512 x[NP];
+      __m512 x[row];
       unrolled<NP>([&](auto k) {
         x[k] = IO::load(r + k * W).v;
         in_register(x[k]);
@@ -1330,11 +1331,12 @@ inline void axpy_group_rows_avx512(const T* b, Index ldb, int keys, const float*
   using IO = storage_io<T, backend::avx512>;
   constexpr int W = packet<float, backend::avx512>::size;
   constexpr int H = M < 24 / NP ? M : 24 / NP;
-  __m512 o[H * NP];
+  constexpr std::size_t held = H * NP, rows = M;  // array bounds are unsigned
+  __m512 o[held];
   unrolled<H * NP>([&](auto k) { o[k] = _mm512_loadu_ps(y[k / NP] + (k % NP) * W); });
   for (int c = 0; c < keys; ++c) {
     const T* r = b + static_cast<Index>(c) * ldb;
-    __m512 w[M];
+    __m512 w[rows];
     unrolled<M>([&](auto i) { w[i] = _mm512_set1_ps(p[i][c]); });
     unrolled<NP>([&](auto k) {
       __m512 x = IO::load(r + k * W).v;
