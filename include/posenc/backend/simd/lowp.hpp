@@ -1354,12 +1354,19 @@ inline void axpy_group_rows_avx512(const T* b, Index ldb, int keys, const float*
   unrolled<H * NP>([&](auto k) { _mm512_storeu_ps(y[k / NP] + (k % NP) * W, o[k]); });
 }
 
-/// f(integral_constant m) for m = 2, 3 or 4.
+/// f(integral_constant NP, integral_constant M) for rows of n = 64 or 128 values (NP 4 or
+/// 8 packets) and m = 2, 3 or 4 of them (group_rows_take).
 template <class F>
-POSENC_INLINE void with_rows(int m, F&& f) noexcept {
-  if (m == 2) f(std::integral_constant<int, 2>{});
-  if (m == 3) f(std::integral_constant<int, 3>{});
-  if (m == 4) f(std::integral_constant<int, 4>{});
+POSENC_INLINE void with_group_shape(int m, Index n, F&& f) noexcept {
+  const auto rows = [&](auto np) {
+    if (m == 2) f(np, std::integral_constant<int, 2>{});
+    if (m == 3) f(np, std::integral_constant<int, 3>{});
+    if (m == 4) f(np, std::integral_constant<int, 4>{});
+  };
+  if (n == 128)
+    rows(std::integral_constant<int, 8>{});
+  else
+    rows(std::integral_constant<int, 4>{});
 }
 
 }  // namespace detail
@@ -1379,11 +1386,9 @@ inline void dot_group_rows(const float* const* a, int m, const T* b, Index ldb, 
 #if POSENC_ARCH_AVX512
   if constexpr (std::is_same_v<Arch, backend::avx512>) {
     if (group_rows_take<Arch>(m, n)) {
-      detail::with_rows(m, [&](auto rows) {
-        if (n == 128)
-          detail::dot_group_rows_avx512<T, 8, decltype(rows)::value>(a, b, ldb, keys, out);
-        else
-          detail::dot_group_rows_avx512<T, 4, decltype(rows)::value>(a, b, ldb, keys, out);
+      detail::with_group_shape(m, n, [&](auto np, auto rows) {
+        detail::dot_group_rows_avx512<T, decltype(np)::value, decltype(rows)::value>(a, b, ldb,
+                                                                                     keys, out);
       });
       return;
     }
@@ -1409,11 +1414,9 @@ inline void axpy_group_rows(const T* b, Index ldb, int keys, const float* const*
 #if POSENC_ARCH_AVX512
   if constexpr (std::is_same_v<Arch, backend::avx512>) {
     if (group_rows_take<Arch>(m, n)) {
-      detail::with_rows(m, [&](auto rows) {
-        if (n == 128)
-          detail::axpy_group_rows_avx512<T, 8, decltype(rows)::value>(b, ldb, keys, p, y);
-        else
-          detail::axpy_group_rows_avx512<T, 4, decltype(rows)::value>(b, ldb, keys, p, y);
+      detail::with_group_shape(m, n, [&](auto np, auto rows) {
+        detail::axpy_group_rows_avx512<T, decltype(np)::value, decltype(rows)::value>(b, ldb, keys,
+                                                                                      p, y);
       });
       return;
     }
