@@ -121,26 +121,36 @@ inline float reduce_add(avx512_f32 a) noexcept {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
-/// Lane c: the sum of v[c]'s lanes, for c < 16, as a transposed tree (half-vector, quarter,
-/// pair and neighbour sums of every input at once; 45 operations for 16 sums).
-inline avx512_f32 reduce_add_each(const avx512_f32* v) noexcept {
-  // the tree leaves input slot 4t + q in lane 4q + t, so slot s takes v[4 (s % 4) + s / 4]:
-  // the halves pair v[0] v[4], v[8] v[12], v[1] v[5], ... (written out: GCC at -O2 kept
-  // loops over arrays here, and the caller's accumulators in memory)
-  const auto half = [](__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+/// reduce_add_each's tree in two steps, for kernels that have its 16 inputs a column at a
+/// time: reduce_add_column(v[t], v[4 + t], v[8 + t], v[12 + t]) is column t's half-vector
+/// and quarter sums (w_t), and reduce_add_columns(w_0, w_1, w_2, w_3) the pair and
+/// neighbour sums of all four: reduce_add_each's bits, with 4 packets live between them
+/// instead of 16.
+inline avx512_f32 reduce_add_column(avx512_f32 a, avx512_f32 b, avx512_f32 c,
+                                    avx512_f32 d) noexcept {
+  const auto half = [](__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
   };
-  const auto quarter = [](__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
-  };
-  const __m512 u0 = half(v[0].v, v[4].v), u1 = half(v[8].v, v[12].v), u2 = half(v[1].v, v[5].v),
-               u3 = half(v[9].v, v[13].v), u4 = half(v[2].v, v[6].v), u5 = half(v[10].v, v[14].v),
-               u6 = half(v[3].v, v[7].v), u7 = half(v[11].v, v[15].v);
-  const __m512 w0 = quarter(u0, u1), w1 = quarter(u2, u3), w2 = quarter(u4, u5),
-               w3 = quarter(u6, u7);
-  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_ps(w0, w1, 0x44), _mm512_shuffle_ps(w0, w1, 0xEE));
-  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_ps(w2, w3, 0x44), _mm512_shuffle_ps(w2, w3, 0xEE));
+  const __m512 u0 = half(a.v, b.v), u1 = half(c.v, d.v);
+  return {_mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xDD))};
+}
+inline avx512_f32 reduce_add_columns(avx512_f32 w0, avx512_f32 w1, avx512_f32 w2,
+                                     avx512_f32 w3) noexcept {
+  const __m512 x0 =
+      _mm512_add_ps(_mm512_shuffle_ps(w0.v, w1.v, 0x44), _mm512_shuffle_ps(w0.v, w1.v, 0xEE));
+  const __m512 x1 =
+      _mm512_add_ps(_mm512_shuffle_ps(w2.v, w3.v, 0x44), _mm512_shuffle_ps(w2.v, w3.v, 0xEE));
   return {_mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xDD))};
+}
+/// Lane c: the sum of v[c]'s lanes, for c < 16, as a transposed tree (half-vector, quarter,
+/// pair and neighbour sums of every input at once; 45 operations for 16 sums). The tree
+/// leaves input slot 4t + q in lane 4q + t, so slot s takes v[4 (s % 4) + s / 4]: column t
+/// of reduce_add_column is v[t], v[4 + t], v[8 + t], v[12 + t]. (Written out: GCC at -O2
+/// kept loops over arrays here, and the caller's accumulators in memory.)
+inline avx512_f32 reduce_add_each(const avx512_f32* v) noexcept {
+  return reduce_add_columns(
+      reduce_add_column(v[0], v[4], v[8], v[12]), reduce_add_column(v[1], v[5], v[9], v[13]),
+      reduce_add_column(v[2], v[6], v[10], v[14]), reduce_add_column(v[3], v[7], v[11], v[15]));
 }
 inline float reduce_max(avx512_f32 a) noexcept {
   __m256 h = _mm256_max_ps(_mm512_maskz_extractf32x8_ps(0xFF, a.v, 0),

@@ -1281,59 +1281,77 @@ constexpr bool group_rows_take(int m, Index n) noexcept {
 namespace detail {
 
 /// dot_group_rows for M rows of NP packets. The first H query rows are held in registers
-/// (2 of 8 packets beside a key row's 8 and the rows' accumulators; 4 of 4), the others'
-/// packets are memory operands of their FMAs.
+/// (3 of 8 packets beside a key row's 8; 4 of 4), the others' packets are memory operands
+/// of their FMAs. Each key's M sums go through their column of reduce_add_each's tree at
+/// once (reduce_add_column) and every four keys' columns are finished together, each row's
+/// four sums stored as one 128-bit store: so few packets stay live that the held query rows
+/// fit beside them (16 sums live over four keys spilled the third row, and the 16 scalar
+/// stores of the sums cost as much again: 52-59 cycles a key row in L1/L2 where this takes
+/// 38-41, Zen 4, docs/benchmarks.md).
 template <class T, int NP, int M>
 inline void dot_group_rows_avx512(const float* const* a, const T* b, Index ldb, int keys,
                                   float* const* out) noexcept {
   using IO = storage_io<T, backend::avx512>;
   using P = packet<float, backend::avx512>;
   constexpr int W = P::size;
-  constexpr int H = M < 16 / NP ? M : 16 / NP;
+  constexpr int H = M < 24 / NP ? M : 24 / NP;
   constexpr std::size_t held = H * NP, row = NP;  // array bounds are unsigned
   __m512 q[held];
   unrolled<H * NP>([&](auto k) { q[k] = _mm512_loadu_ps(a[k / NP] + (k % NP) * W); });
-  P sums[16];  // slot 4i + t: row i's packet sum for key t of four (reduce_add_each)
-  for (P& s : sums) s = P::zero();
-  alignas(64) float lanes[16];
-  for (int c0 = 0; c0 < keys; c0 += 4) {
-    const int kk = std::min(4, keys - c0);
-    for (int t = 0; t < kk; ++t) {
-      const T* r = b + static_cast<Index>(c0 + t) * ldb;
-      __m512 x[row];
-      unrolled<NP>([&](auto k) {
-        x[k] = IO::load(r + k * W).v;
-        in_register(x[k]);
+  // column t of reduce_add_each over slots 4i + t: row i's packet sum for key t
+  const auto column = [&](const T* r) POSENC_LAMBDA_INLINE {
+    __m512 x[row];
+    unrolled<NP>([&](auto k) {
+      x[k] = IO::load(r + k * W).v;
+      in_register(x[k]);
+    });
+    P sums[4] = {P::zero(), P::zero(), P::zero(), P::zero()};
+    unrolled<M>([&](auto i) {
+      __m512 acc = _mm512_setzero_ps();
+      unrolled<NP>([&](auto k) {  // dot_block's one accumulator, fed in increasing k
+        if constexpr (std::decay_t<decltype(i)>::value < H)
+          acc = _mm512_fmadd_ps(q[i * NP + k], x[k], acc);
+        else
+          acc = _mm512_fmadd_ps(_mm512_loadu_ps(a[i] + k * W), x[k], acc);
       });
-      unrolled<M>([&](auto i) {
-        __m512 acc = _mm512_setzero_ps();
-        unrolled<NP>([&](auto k) {  // dot_block's one accumulator, fed in increasing k
-          if constexpr (std::decay_t<decltype(i)>::value < H)
-            acc = _mm512_fmadd_ps(q[i * NP + k], x[k], acc);
-          else
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(a[i] + k * W), x[k], acc);
-        });
-        sums[4 * i + t] = P{acc};
-      });
-    }
-    _mm512_store_ps(lanes, reduce_add_each(sums).v);
+      sums[i] = P{acc};
+    });
+    return reduce_add_column(sums[0], sums[1], sums[2], sums[3]);
+  };
+  int c0 = 0;
+  for (; c0 + 4 <= keys; c0 += 4) {
+    const T* r = b + static_cast<Index>(c0) * ldb;
+    const P w0 = column(r), w1 = column(r + ldb), w2 = column(r + 2 * ldb),
+            w3 = column(r + 3 * ldb);
+    const __m512 s = reduce_add_columns(w0, w1, w2, w3).v;  // lane 4i + t: row i, key t
+    unrolled<M>([&](auto i) { _mm_storeu_ps(out[i] + c0, _mm512_extractf32x4_ps(s, i)); });
+  }
+  if (c0 < keys) {
+    const int kk = keys - c0;
+    P w[4] = {P::zero(), P::zero(), P::zero(), P::zero()};
+    for (int t = 0; t < kk; ++t) w[t] = column(b + static_cast<Index>(c0 + t) * ldb);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, reduce_add_columns(w[0], w[1], w[2], w[3]).v);
     for (int i = 0; i < M; ++i)
       for (int t = 0; t < kk; ++t) out[i][c0 + t] = lanes[4 * i + t];
   }
 }
 
-/// axpy_group_rows for M rows of NP packets: the first H output rows held in registers
-/// (3 of 8 packets beside M broadcast weights and a value packet; 4 of 4), the others
-/// loaded, updated and stored per packet.
+/// axpy_group_rows for M rows of NP packets: the first 28 of the output rows' packets (row
+/// i's packet k is slot i · NP + k) held in registers beside a value packet and the M
+/// broadcast weights (FMAs take those as memory operands where registers run out), the
+/// rest loaded, updated and stored per packet: 4 rows of 8 packets keep 4 in memory. (Whole
+/// rows only, 3 of 4 rows of 8: 38-49 cycles a value row in L1/L2 on Zen 4 where this takes
+/// 35-37.)
 template <class T, int NP, int M>
 inline void axpy_group_rows_avx512(const T* b, Index ldb, int keys, const float* const* p,
                                    float* const* y) noexcept {
   using IO = storage_io<T, backend::avx512>;
   constexpr int W = packet<float, backend::avx512>::size;
-  constexpr int H = M < 24 / NP ? M : 24 / NP;
-  constexpr std::size_t held = H * NP, rows = M;  // array bounds are unsigned
+  constexpr int H = M * NP < 28 ? M * NP : 28;
+  constexpr std::size_t held = H, rows = M;  // array bounds are unsigned
   __m512 o[held];
-  unrolled<H * NP>([&](auto k) { o[k] = _mm512_loadu_ps(y[k / NP] + (k % NP) * W); });
+  unrolled<H>([&](auto s) { o[s] = _mm512_loadu_ps(y[s / NP] + (s % NP) * W); });
   for (int c = 0; c < keys; ++c) {
     const T* r = b + static_cast<Index>(c) * ldb;
     __m512 w[rows];
@@ -1342,8 +1360,9 @@ inline void axpy_group_rows_avx512(const T* b, Index ldb, int keys, const float*
       __m512 x = IO::load(r + k * W).v;
       in_register(x);
       unrolled<M>([&](auto i) {  // axpy's FMA per value, keys in order
-        if constexpr (std::decay_t<decltype(i)>::value < H) {
-          o[i * NP + k] = _mm512_fmadd_ps(w[i], x, o[i * NP + k]);
+        constexpr int s = decltype(i)::value * NP + decltype(k)::value;
+        if constexpr (s < H) {
+          o[s] = _mm512_fmadd_ps(w[i], x, o[s]);
         } else {
           float* yk = y[i] + k * W;
           _mm512_storeu_ps(yk, _mm512_fmadd_ps(w[i], x, _mm512_loadu_ps(yk)));
@@ -1351,7 +1370,7 @@ inline void axpy_group_rows_avx512(const T* b, Index ldb, int keys, const float*
       });
     });
   }
-  unrolled<H * NP>([&](auto k) { _mm512_storeu_ps(y[k / NP] + (k % NP) * W, o[k]); });
+  unrolled<H>([&](auto s) { _mm512_storeu_ps(y[s / NP] + (s % NP) * W, o[s]); });
 }
 
 /// f(integral_constant NP, integral_constant M) for rows of n = 64 or 128 values (NP 4 or
