@@ -565,7 +565,7 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // runs' key rows 2 KiB ahead, with decode_value_pass_key_prefetch (Zen 4) the next
   // tile's key rows during each value pass, and with decode_one_query_heads (1 on Zen 4 and Zen 5,
   // else 2) one query's MHA reads that many heads at a time (here 1, and 3, which leaves 2
-  // at the end of 8), and with decode_group_rows (Zen 4) one query's float GQA group of 2
+  // at the end of 8), and with decode_group_rows (Zen 4) one query's GQA group of 2
   // to 4 heads of 64 or 128 values, head-major, reads each row whole, one at a time (on
   // where the others are off), whatever CPU runs the test: both settings, the same bits.
   const auto check = [&](const auto& p, const auto& pol) {

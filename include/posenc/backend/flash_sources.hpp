@@ -423,12 +423,11 @@ struct kv_row_source {
       for (int i = 0; i < m; ++i) axpy(h, j + c, p[i][c], o[i]);
   }
   /// Whether dot_group_rows and axpy_group_rows take m rows that share their key and value
-  /// rows (cpu::settings::decode_group_rows): where each head's float rows lie back to
-  /// back, on AVX-512 with rows of 64 or 128 values and 2 to 4 rows (one query's GQA group,
-  /// simd::group_rows_take). Half and bfloat16 rows keep the block kernels: read whole
-  /// they ran 0.77-1.13x on Zen 4 (docs/benchmarks.md).
+  /// rows (cpu::settings::decode_group_rows): where each head's rows (float, half or
+  /// bfloat16) lie back to back, on AVX-512 with rows of 64 or 128 values and 2 to 4 rows
+  /// (one query's GQA group, simd::group_rows_take).
   bool group_rows(int m) const noexcept {
-    if constexpr (packet_storage && std::is_same_v<value_type, Real>)
+    if constexpr (packet_storage)
       return tuned_group_rows && four_rows_ok && row_bytes > 0 &&
              simd::group_rows_take<Backend>(m, n);
     static_cast<void>(m);

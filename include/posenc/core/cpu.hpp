@@ -173,9 +173,10 @@ struct settings {
   /// of rows taken whole at the read roofline and 0.4 of it with 4 rows side by side. One
   /// query's float group of four, head-major, ran 1.11-1.29x (medians of 3 rounds, 4k to
   /// 64k keys, d 64 and 128, 1 and 2 threads; 0.99x at 4k keys on one thread; processes
-  /// alternated, docs/benchmarks.md); half and bfloat16 rows 0.77-1.13x, so they keep the
-  /// block kernels (kv_row_source::group_rows). True on AMD's Zen 4 (family 25, its
-  /// models); not measured elsewhere.
+  /// alternated), and 1.1-1.3x more (float) and 1.3-1.5x (half and bfloat16, which had
+  /// kept the block kernels) once the group kernels kept their query and output rows in
+  /// registers (docs/benchmarks.md). True on AMD's Zen 4 (family 25, its models); not
+  /// measured elsewhere.
   std::atomic<bool> decode_group_rows{false};
 
   settings() noexcept = default;

@@ -596,7 +596,7 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
 /// kept in a register over the block), so each K and V row is read once per group. (One query row
 /// per key and per value row, MHA with one query, is accumulate_one_query's.) One per key row alone
 /// (keys a policy transforms per query head, GQA values) takes its dots key by key across the heads
-/// (KRows::dot). On Zen 4 one query's float group of 2 to 4 heads over head-major rows reads
+/// (KRows::dot). On Zen 4 one query's group of 2 to 4 heads over head-major rows reads
 /// each tile's key rows, then its value rows, whole and one at a time (KRows::group_rows,
 /// dot_group_rows, axpy_group_rows: the block kernels' bits), the order its hardware
 /// prefetchers follow. Out of line: inlined into the decode driver, GCC compiled the GQA block
