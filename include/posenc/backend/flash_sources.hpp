@@ -423,15 +423,28 @@ struct kv_row_source {
       for (int i = 0; i < m; ++i) axpy(h, j + c, p[i][c], o[i]);
   }
   /// Whether dot_group_rows and axpy_group_rows take m rows that share their key and value
-  /// rows (cpu::settings::decode_group_rows): where each head's rows (float, half or
-  /// bfloat16) lie back to back, on AVX-512 with rows of 64 or 128 values and 2 to 4 rows
-  /// (one query's GQA group, simd::group_rows_take).
+  /// rows (cpu::settings::decode_group_rows): on AVX-512 with rows of 64 or 128 values and
+  /// 2 to 4 rows (one query's GQA group, simd::group_rows_take), where each head's rows
+  /// (float, half or bfloat16) lie back to back, or a multiple of 4 KiB apart (token-major,
+  /// taken group_rows_keys keys at a time). Token-major rows 2 KiB apart (8 heads of 64
+  /// floats or of 128 16-bit values) ran 0.88-1.18x the block kernels so on Zen 4 and keep
+  /// them (docs/benchmarks.md).
   bool group_rows(int m) const noexcept {
     if constexpr (packet_storage)
-      return tuned_group_rows && four_rows_ok && row_bytes > 0 &&
+      return tuned_group_rows && row_bytes > 0 && (four_rows_ok || row_bytes % 4096 == 0) &&
              simd::group_rows_take<Backend>(m, n);
     static_cast<void>(m);
     return false;
+  }
+  /// Keys per pass of the group kernels over each group's rows: the whole tile where a
+  /// head's rows lie back to back; token-major, 32 KiB of key rows (8 keys of 4 KiB, at
+  /// least 4), the groups in turn over each such stretch, so that it is read whole while it
+  /// is in the caches instead of one row in every 4 KiB row per group over the tile (a
+  /// page per row). On Zen 4, 8 keys of 4 KiB ran 1.26-1.68x the block kernels (4 keys
+  /// 1.1x, 16 1.2x, a whole tile 1.0x).
+  Index group_rows_keys(Index tile) const noexcept {
+    if (four_rows_ok || row_bytes <= 0) return tile;
+    return std::clamp<Index>(Index(32768) / row_bytes / 4 * 4, 4, tile);
   }
   /// dot_block over keys [j, j + keys) of head h for the m rows of group_rows(m), in one
   /// call: each key row read whole, one at a time (simd::dot_group_rows); dot's bits.

@@ -644,6 +644,7 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
   // (KRows::group_rows, cpu::settings::decode_group_rows), in place of all of the above
   const bool group_rows =
       key_group == value_group && ks.group_rows(key_rows) && vs.group_rows(value_rows);
+  const Index group_keys = std::min(ks.group_rows_keys(bk), vs.group_rows_keys(bk));
   for (Index j0 = kbeg; j0 < kend; j0 += bk) {
     const Index nk = std::min(bk, kend - j0);
     // One prefetch stream over the order the rows are read in: the tile's key rows, its
@@ -660,12 +661,15 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
         ks.prefetch(h, j0 + a - nk);
     };
     if (group_rows) {
-      for (Index h0 = 0; h0 < count; h0 += key_group) {
-        for (int i = 0; i < key_rows; ++i)
-          hr.block_s[static_cast<std::size_t>(i)] = hr.s[static_cast<std::size_t>(h0 * nb + i)];
-        ks.dot_group_rows(h0, j0, static_cast<int>(nk), hr.q.data() + h0 * nb, key_rows,
-                          hr.block_s.data());
-      }
+      // the groups in turn over passes of group_keys keys (the whole tile head-major)
+      for (Index c0 = 0; c0 < nk; c0 += group_keys)
+        for (Index h0 = 0; h0 < count; h0 += key_group) {
+          for (int i = 0; i < key_rows; ++i)
+            hr.block_s[static_cast<std::size_t>(i)] =
+                hr.s[static_cast<std::size_t>(h0 * nb + i)] + c0;
+          ks.dot_group_rows(h0, j0 + c0, static_cast<int>(std::min(group_keys, nk - c0)),
+                            hr.q.data() + h0 * nb, key_rows, hr.block_s.data());
+        }
     } else if (key_rows == 1) {
       // one query row per key row (keys transformed per query head): key by key, every
       // head of a key before the next, so K is read as one forward stream of whole rows.
@@ -736,10 +740,13 @@ POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRo
       for (Index r = 0; r < nb; ++r) softmax_step(hcs[h], ci, 0, r, j0, nk, kend, ws[h]);
     const Real** probs = hr.block_p.data();
     if (group_rows) {
-      for (Index h0 = 0; h0 < count; h0 += value_group) {
-        for (int i = 0; i < value_rows; ++i) probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)];
-        vs.axpy_group_rows(h0, j0, static_cast<int>(nk), probs, value_rows, hr.o.data() + h0 * nb);
-      }
+      for (Index c0 = 0; c0 < nk; c0 += group_keys)
+        for (Index h0 = 0; h0 < count; h0 += value_group) {
+          for (int i = 0; i < value_rows; ++i)
+            probs[i] = hr.p[static_cast<std::size_t>(h0 * nb + i)] + c0;
+          vs.axpy_group_rows(h0, j0 + c0, static_cast<int>(std::min(group_keys, nk - c0)), probs,
+                             value_rows, hr.o.data() + h0 * nb);
+        }
       continue;
     }
     // blocks of vb keys: the probabilities of a block are p[i] + c0
