@@ -427,7 +427,7 @@ struct kv_row_source {
   /// 2 to 4 rows (one query's GQA group, simd::group_rows_take), where each head's rows
   /// (float, half or bfloat16) lie back to back, or a multiple of 4 KiB apart (token-major,
   /// taken group_rows_keys keys at a time). Token-major rows 2 KiB apart (8 heads of 64
-  /// floats or of 128 16-bit values) ran 0.88-1.18x the block kernels so on Zen 4 and keep
+  /// floats or of 128 16-bit values) ran 0.75-1.18x the block kernels so on Zen 4 and keep
   /// them (docs/benchmarks.md).
   bool group_rows(int m) const noexcept {
     if constexpr (packet_storage)
