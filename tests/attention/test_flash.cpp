@@ -566,8 +566,10 @@ TEST_CASE("decode over head-major K and V gives the token-major result, bit for 
   // tile's key rows during each value pass, and with decode_one_query_heads (1 on Zen 4 and Zen 5,
   // else 2) one query's MHA reads that many heads at a time (here 1, and 3, which leaves 2
   // at the end of 8), and with decode_group_rows (Zen 4) one query's GQA group of 2
-  // to 4 heads of 64 or 128 values, head-major, reads each row whole, one at a time (on
-  // where the others are off), whatever CPU runs the test: both settings, the same bits.
+  // to 4 heads of 64 or 128 values, head-major, reads each row whole, one at a time, and
+  // token-major rows 4 KiB apart (32/8 heads of 128 floats) the same 8 keys at a time, the
+  // groups in turn (on where the others are off), whatever CPU runs the test: both
+  // settings, the same bits.
   const auto check = [&](const auto& p, const auto& pol) {
     const sizes& z = p.z;
     const auto kh = head_major_copy(p.k, z, z.kv_heads, z.dim);

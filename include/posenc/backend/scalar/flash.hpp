@@ -599,8 +599,10 @@ POSENC_NOINLINE void accumulate_one_query(KRows& ks, VRows& vs, const call_info&
 /// (KRows::dot). On Zen 4 one query's group of 2 to 4 heads over head-major rows reads
 /// each tile's key rows, then its value rows, whole and one at a time (KRows::group_rows,
 /// dot_group_rows, axpy_group_rows: the block kernels' bits), the order its hardware
-/// prefetchers follow. Out of line: inlined into the decode driver, GCC compiled the GQA block
-/// paths differently and half / bfloat16 GQA decode ran 0.81-0.95x (Zen 3).
+/// prefetchers follow; over token-major rows 4 KiB apart the groups take turns over each
+/// 32 KiB of the tile's key rows (KRows::group_rows_keys), so that each is read whole. Out of line:
+/// inlined into the decode driver, GCC compiled the GQA block paths differently and half / bfloat16
+/// GQA decode ran 0.81-0.95x (Zen 3).
 template <class Policy, class Real, class KRows, class VRows>
 POSENC_NOINLINE void accumulate_heads(const head_context<Policy, Real>* hcs, KRows& ks, VRows& vs,
                                       Index count, Index key_group, Index value_group,

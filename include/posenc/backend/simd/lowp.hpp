@@ -1281,7 +1281,7 @@ constexpr bool group_rows_take(int m, Index n) noexcept {
 namespace detail {
 
 /// dot_group_rows for M rows of NP packets. The first H query rows are held in registers
-/// (3 of 8 packets beside a key row's 8; 4 of 4), the others' packets are memory operands
+/// (3 rows of 8 packets beside a key row's 8; 4 of 4), the others' packets are memory operands
 /// of their FMAs. Each key's M sums go through their column of reduce_add_each's tree at
 /// once (reduce_add_column) and every four keys' columns are finished together, each row's
 /// four sums stored as one 128-bit store: so few packets stay live that the held query rows
